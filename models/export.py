@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""Exports the TorchScript models metalserve serves and tests against.
+
+Usage: /usr/bin/python3 models/export.py --out DIR [--only a,b]
+
+Writes DIR/<name>.pt (TorchScript) and DIR/<name>.json (the signature:
+input/output names, dtypes and shapes with -1 for the batch dimension),
+because TorchScript does not carry a usable signature.
+
+Models (all seeded, random weights; pretrained weights cannot be downloaded
+in CI, see README for serving your own model):
+  resnet18            default image classifier, [N,3,224,224] -> [N,1000]
+  mobilenet_v2        optimization tests: freeze + optimize_for_inference safe
+  mobilenet_v3_small  optimization tests: optimize_for_inference breaks it on
+                      LibTorch 1.13 CPU (rows change with batch position)
+  tiny_cnn            [N,3,8,8] -> [N,10]
+  identity            [N,4] -> [N,4], returns its input
+  poison              [N,4] -> [N,4] = 2*x; raises when any element is -777
+
+Works with torch 1.13 and 2.x.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+POISON_MARKER = -777.0
+
+
+class TinyCnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, kernel_size=3, padding=1)
+        self.pool = torch.nn.AdaptiveAvgPool2d(2)
+        self.fc = torch.nn.Linear(8 * 2 * 2, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv(x))
+        x = self.pool(x)
+        return self.fc(torch.flatten(x, 1))
+
+
+class Identity(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class Poison(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool((x == -777.0).any()):
+            raise RuntimeError("poison: input contains the marker value -777")
+        return x * 2.0
+
+
+def _torchvision(name):
+    import torchvision  # imported lazily: the small models do not need it
+
+    ctor = getattr(torchvision.models, name)
+    try:
+        return ctor(weights=None)
+    except TypeError:  # torchvision < 0.13
+        return ctor(pretrained=False)
+
+
+def _spec(name, shape, dtype="float32"):
+    return {"name": name, "dtype": dtype, "shape": shape}
+
+
+def _image_model(name, classes=1000):
+    def build():
+        torch.manual_seed(0)
+        return torch.jit.script(_torchvision(name).eval())
+
+    sig = {"inputs": [_spec("input", [-1, 3, 224, 224])],
+           "outputs": [_spec("logits", [-1, classes])]}
+    return build, sig
+
+
+def _small(cls, in_shape, out_shape, in_name="input", out_name="output"):
+    def build():
+        torch.manual_seed(0)
+        return torch.jit.script(cls().eval())
+
+    return build, {"inputs": [_spec(in_name, in_shape)],
+                   "outputs": [_spec(out_name, out_shape)]}
+
+
+MODELS = {
+    "resnet18": _image_model("resnet18"),
+    "mobilenet_v2": _image_model("mobilenet_v2"),
+    "mobilenet_v3_small": _image_model("mobilenet_v3_small"),
+    "tiny_cnn": _small(TinyCnn, [-1, 3, 8, 8], [-1, 10], out_name="logits"),
+    "identity": _small(Identity, [-1, 4], [-1, 4]),
+    "poison": _small(Poison, [-1, 4], [-1, 4]),
+}
+
+
+def _check(module, sig):
+    """Runs the exported module once on a batch of 2 to prove it loads."""
+    shape = [2] + sig["inputs"][0]["shape"][1:]
+    with torch.no_grad():
+        out = module(torch.rand(shape))
+    want = [2] + sig["outputs"][0]["shape"][1:]
+    if list(out.shape) != want:
+        raise SystemExit(f"output shape {list(out.shape)} != {want}")
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--only", default="", help="comma-separated model names")
+    args = p.parse_args(argv)
+    names = [n for n in args.only.split(",") if n] or list(MODELS)
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}; known: {list(MODELS)}")
+    os.makedirs(args.out, exist_ok=True)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    for name in names:
+        start = time.time()
+        build, sig = MODELS[name]
+        module = build()
+        _check(module, sig)
+        pt = os.path.join(args.out, name + ".pt")
+        module.save(pt + ".tmp")
+        os.replace(pt + ".tmp", pt)
+        meta = {"name": name, "version": "1",
+                "torch_version": torch.__version__, **sig}
+        with open(os.path.join(args.out, name + ".json"), "w") as f:
+            json.dump(meta, f, indent=2)
+            f.write("\n")
+        print(f"exported {pt} in {time.time() - start:.1f}s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
