@@ -17,16 +17,25 @@
 //   model_load_duration_seconds, model_warmup_duration_seconds  gauges
 //   build_info{version,torch_version,device,model}  gauge = 1
 //   ready                                  gauge 0/1
-//   monitor_latency_seconds{quantile="0.5"|"0.95"|"mean"}, monitor_error_ratio
-//                                          gauges over the rolling window
+//   monitor_latency_seconds{quantile="0.5"|"0.95"}, monitor_latency_mean_seconds,
+//   monitor_error_ratio, monitor_window_requests
+//                                          gauges over the rolling window,
+//                                          computed when scraped
+//
+// Label values are bounded: methods "Predict" and "GetModelMetadata", every
+// gRPC code, batch reasons "full" and "delay_expired", and cache triggers
+// "every_n", "interval", "watermark", "oom" exist from the start (at zero);
+// up to 16 further values per label are learned at run time, and any beyond
+// those are counted under "other".
 //
 // Thread-safety: every method is thread-safe. Recording methods take no lock
 // held across anything but a few arithmetic operations (hot path < 1 us).
-// Destruction stops the HTTP listener.
+// Destruction stops the HTTP listener and joins the monitor log thread.
 #ifndef METALSERVE_SERVER_METRICS_METRICS_H_
 #define METALSERVE_SERVER_METRICS_METRICS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +47,14 @@
 
 namespace metalserve {
 
+struct MonitorSnapshot {
+  int64_t count = 0;  // requests in the window
+  double p50_seconds = 0;
+  double p95_seconds = 0;
+  double mean_seconds = 0;
+  double error_ratio = 0;
+};
+
 struct MetricsOptions {
   // host:port of the /metrics HTTP listener. Empty: no listener; metrics are
   // still recorded and readable with Metrics::Scrape(). Port 0 picks one.
@@ -47,6 +64,10 @@ struct MetricsOptions {
   // How often the monitor logs p50/p95/mean/error rate. Zero: never.
   absl::Duration monitor_log_interval = absl::Seconds(60);
   Clock* clock = nullptr;  // nullptr: Clock::RealClock()
+  // Called from the monitor log thread right after each periodic log line,
+  // with the figures it logged. Tests use it to observe the cadence. No
+  // Metrics lock is held during the call. Empty: nothing is called.
+  std::function<void(const MonitorSnapshot&)> on_monitor_log;
 };
 
 // Memory figures as reported by the runtime; -1 means not available.
@@ -55,14 +76,6 @@ struct MemoryFigures {
   int64_t reserved_bytes = -1;
   int64_t limit_bytes = -1;
   int64_t resident_bytes = -1;
-};
-
-struct MonitorSnapshot {
-  int64_t count = 0;  // requests in the window
-  double p50_seconds = 0;
-  double p95_seconds = 0;
-  double mean_seconds = 0;
-  double error_ratio = 0;
 };
 
 class Metrics {
@@ -81,12 +94,16 @@ class Metrics {
   // --- service edge -------------------------------------------------------
   // `method` is a bounded set: "Predict", "GetModelMetadata", "ModelInfer"...
   virtual void RequestStarted(absl::string_view method) = 0;
-  // Every RPC outcome, once. Also feeds the rolling monitor.
+  // Every RPC outcome, once. Also feeds the rolling monitor; any code other
+  // than OK counts as an error there. Pair each RequestStarted with one
+  // RequestFinished (inflight_requests is their difference).
   virtual void RequestFinished(absl::string_view method, absl::StatusCode code,
                                absl::Duration latency) = 0;
   virtual void QueueWait(absl::Duration wait) = 0;
 
   // --- batch executor -----------------------------------------------------
+  // `rows`: request rows the batch carried, padding excluded;
+  // `padding_rows`: rows added to reach an allowed batch size.
   // `reason` is the batcher's close reason ("full", "delay_expired", ...).
   virtual void BatchCompleted(int64_t rows, int64_t padding_rows,
                               absl::string_view reason,
@@ -94,6 +111,7 @@ class Metrics {
   virtual void SetQueueDepth(int64_t rows) = 0;
 
   // --- runtime ------------------------------------------------------------
+  // A figure of -1 removes its series until a later call reports it.
   virtual void SetMemory(const MemoryFigures& memory) = 0;
   // `trigger`: "every_n", "interval", "watermark", "oom".
   virtual void CacheCleared(absl::string_view trigger,
