@@ -1,0 +1,45 @@
+// Creates the gRPC channels a load run uses.
+//
+// Several targets ("10.0.0.1:50051,10.0.0.2:50051") become one
+// "ipv4:///a,b" (or "ipv6:///") channel target; every channel carries a
+// service config selecting round_robin, so calls spread over all addresses
+// (a single "dns:///name:port" resolving to several addresses spreads too).
+// `connections` > 1 opens that many independent channels (each with its own
+// subchannels, hence its own HTTP/2 connections) and the load generator
+// spreads calls over them.
+//
+// Thread-safety: free functions; the returned channels are thread-safe.
+#ifndef METALSERVE_CLIENT_CHANNEL_FACTORY_H_
+#define METALSERVE_CLIENT_CHANNEL_FACTORY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/channel.h"
+
+namespace metalserve::client {
+
+struct ChannelOptions {
+  // host:port entries; one entry may also be any gRPC target URI.
+  std::vector<std::string> targets;
+  int connections = 1;
+  // TLS: PEM file paths. TLS is on when any of them is set.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  // Overrides the name checked against the server certificate.
+  std::string tls_server_name;
+};
+
+// The gRPC target string for `targets` (see the file comment).
+absl::StatusOr<std::string> ChannelTarget(const std::vector<std::string>& targets);
+
+absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
+    const ChannelOptions& options);
+
+}  // namespace metalserve::client
+
+#endif  // METALSERVE_CLIENT_CHANNEL_FACTORY_H_

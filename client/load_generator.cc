@@ -1,0 +1,392 @@
+#include "client/load_generator.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/client_context.h"
+
+namespace metalserve::client {
+
+using Mono = std::chrono::steady_clock::time_point;
+using MonoClock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kNumShards = 8;
+constexpr int kNumCodes = 17;  // grpc::StatusCode 0..16
+constexpr absl::Duration kProgressInterval = absl::Seconds(1);
+// The open-loop scheduler sleeps at most this long at a time, to notice Stop().
+constexpr auto kMaxSchedulerSleep = std::chrono::milliseconds(50);
+
+absl::Duration Since(Mono from, Mono to) { return absl::FromChrono(to - from); }
+
+// Per-thread slice of a phase's results; merged when the phase ends.
+struct Shard {
+  absl::Mutex mu;
+  LatencyHistogram latency ABSL_GUARDED_BY(mu);
+  int64_t ok ABSL_GUARDED_BY(mu) = 0;
+  std::array<int64_t, kNumCodes> errors ABSL_GUARDED_BY(mu) = {};
+  int64_t queue_us ABSL_GUARDED_BY(mu) = 0;
+  int64_t compute_us ABSL_GUARDED_BY(mu) = 0;
+  int64_t batch_rows ABSL_GUARDED_BY(mu) = 0;
+  Mono last_done ABSL_GUARDED_BY(mu) = Mono::min();
+};
+
+// Completion threads pick shards round-robin on first use, so a few gRPC
+// threads rarely contend.
+int ThisThreadShard() {
+  static std::atomic<int> next{0};
+  thread_local const int shard = next.fetch_add(1) % kNumShards;
+  return shard;
+}
+
+}  // namespace
+
+// One warmup or measurement. Owned jointly (shared_ptr) by RunPhase and
+// every call in flight, so a late callback never touches freed state.
+class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
+ public:
+  Phase(const LoadGenerator& gen, const LoadSpec& spec, bool warmup)
+      : gen_(gen), spec_(spec), warmup_(warmup) {}
+
+  void Start() {
+    start_ = MonoClock::now();
+    const absl::Duration len = warmup_ ? spec_.warmup : spec_.duration;
+    end_ = len == absl::InfiniteDuration()
+               ? Mono::max()
+               : start_ + absl::ToChronoNanoseconds(len);
+    if (spec_.open_loop()) {
+      scheduler_ = std::thread([this] { Schedule(); });
+      return;
+    }
+    for (int slot = 0; slot < spec_.concurrency; ++slot) {
+      if (!TryClaim(start_)) break;
+      {
+        absl::MutexLock l(&mu_);
+        ++outstanding_;
+      }
+      Issue(slot, MonoClock::now());
+    }
+    absl::MutexLock l(&mu_);
+    scheduling_done_ = true;
+  }
+
+  // Blocks until every call has finished, offering progress once a second.
+  void Wait(const ProgressFn& progress) {
+    for (;;) {
+      Progress p;
+      {
+        absl::MutexLock l(&mu_);
+        auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return scheduling_done_ && outstanding_ == 0;
+        };
+        if (mu_.AwaitWithTimeout(absl::Condition(&idle), kProgressInterval)) {
+          break;
+        }
+        p.outstanding = outstanding_;
+      }
+      p.warmup = warmup_;
+      p.elapsed = Since(start_, MonoClock::now());
+      p.ok = done_ok_.load(std::memory_order_relaxed);
+      p.errors = done_err_.load(std::memory_order_relaxed);
+      if (progress) progress(p);
+    }
+    if (scheduler_.joinable()) scheduler_.join();
+  }
+
+  RunStats Collect() {
+    RunStats stats;
+    Mono last = start_;
+    for (Shard& s : shards_) {
+      absl::MutexLock l(&s.mu);
+      stats.latency.Merge(s.latency);
+      stats.ok += s.ok;
+      for (int c = 1; c < kNumCodes; ++c) {
+        if (s.errors[c] > 0) {
+          stats.errors[StatusCodeName(static_cast<grpc::StatusCode>(c))] +=
+              s.errors[c];
+        }
+      }
+      stats.server_queue_us_sum += s.queue_us;
+      stats.server_compute_us_sum += s.compute_us;
+      stats.server_batch_rows_sum += s.batch_rows;
+      last = std::max(last, s.last_done);
+    }
+    const int64_t overflow = overflow_.load();
+    if (overflow > 0) stats.errors[kOverflowError] = overflow;
+    stats.rows = stats.ok * gen_.rows_per_request_;
+    stats.elapsed = Since(start_, last);
+    return stats;
+  }
+
+ private:
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::PredictResponse response;
+    Mono start;
+    int slot = 0;
+  };
+
+  // Claims the right to start one more call at `now`.
+  bool TryClaim(Mono now) {
+    if (gen_.stop_.load(std::memory_order_relaxed) || now >= end_) return false;
+    if (!warmup_ && spec_.max_requests >= 0 &&
+        issued_.fetch_add(1, std::memory_order_relaxed) >= spec_.max_requests) {
+      return false;
+    }
+    return true;
+  }
+
+  // Starts one call timed from `start`; the caller counted it outstanding.
+  void Issue(int slot, Mono start) {
+    auto* call = new Call;
+    call->start = start;
+    call->slot = slot;
+    if (spec_.deadline != absl::InfiniteDuration()) {
+      call->ctx.set_deadline(std::chrono::system_clock::now() +
+                             absl::ToChronoNanoseconds(spec_.deadline));
+    }
+    auto& stub = *gen_.stubs_[static_cast<size_t>(slot) % gen_.stubs_.size()];
+    stub.async()->Predict(&call->ctx, &gen_.request_, &call->response,
+                          [self = shared_from_this(), call](grpc::Status s) {
+                            self->OnDone(call, s);
+                          });
+  }
+
+  void OnDone(Call* call, const grpc::Status& status) {
+    const Mono now = MonoClock::now();
+    Record(*call, status, now);
+    const int slot = call->slot;
+    delete call;
+    if (!spec_.open_loop() && TryClaim(now)) {
+      Issue(slot, now);  // the slot stays outstanding
+      return;
+    }
+    absl::MutexLock l(&mu_);
+    --outstanding_;
+  }
+
+  void Record(const Call& call, const grpc::Status& status, Mono now) {
+    Shard& s = shards_[ThisThreadShard()];
+    absl::MutexLock l(&s.mu);
+    s.last_done = std::max(s.last_done, now);
+    if (status.ok()) {
+      s.latency.Record(Since(call.start, now));
+      ++s.ok;
+      s.queue_us += call.response.queue_time_us();
+      s.compute_us += call.response.compute_time_us();
+      s.batch_rows += call.response.batch_rows();
+      done_ok_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      const int code = static_cast<int>(status.error_code());
+      ++s.errors[code >= 0 && code < kNumCodes ? code : 2 /* UNKNOWN */];
+      done_err_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  // Open loop: issues call i at its intended time, never waiting for
+  // completions.
+  void Schedule() {
+    std::mt19937_64 rng(spec_.seed);
+    std::exponential_distribution<double> gap(spec_.rate);
+    const double constant_gap = 1.0 / spec_.rate;
+    double offset_s = 0;
+    int64_t i = 0;
+    for (;; ++i) {
+      const Mono due =
+          start_ + std::chrono::duration_cast<MonoClock::duration>(
+                       std::chrono::duration<double>(offset_s));
+      if (!SleepUntil(due) || !TryClaim(due)) break;
+      bool send = false;
+      {
+        absl::MutexLock l(&mu_);
+        if (outstanding_ < spec_.max_outstanding) {
+          ++outstanding_;
+          send = true;
+        }
+      }
+      if (send) {
+        Issue(static_cast<int>(i % static_cast<int64_t>(gen_.stubs_.size())), due);
+      } else {
+        overflow_.fetch_add(1);
+        done_err_.fetch_add(1, std::memory_order_relaxed);
+      }
+      offset_s += spec_.arrival == Arrival::kPoisson ? gap(rng) : constant_gap;
+    }
+    absl::MutexLock l(&mu_);
+    scheduling_done_ = true;
+  }
+
+  // Sleeps until `due`; false when the phase ends first.
+  bool SleepUntil(Mono due) {
+    for (;;) {
+      if (gen_.stop_.load(std::memory_order_relaxed)) return false;
+      const Mono now = MonoClock::now();
+      if (due >= end_) return false;
+      if (now >= due) return true;
+      std::this_thread::sleep_until(std::min(due, now + kMaxSchedulerSleep));
+    }
+  }
+
+  const LoadGenerator& gen_;
+  const LoadSpec spec_;
+  const bool warmup_;
+  Mono start_;
+  Mono end_;
+  std::thread scheduler_;
+
+  absl::Mutex mu_;
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  bool scheduling_done_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::atomic<int64_t> issued_{0};
+  std::atomic<int64_t> overflow_{0};
+  std::atomic<int64_t> done_ok_{0};
+  std::atomic<int64_t> done_err_{0};
+  std::array<Shard, kNumShards> shards_;
+};
+
+int64_t RunStats::ErrorCount() const {
+  int64_t n = 0;
+  for (const auto& [name, count] : errors) n += count;
+  return n;
+}
+
+double RunStats::ErrorRate() const {
+  const int64_t total = Total();
+  return total == 0 ? 0.0 : static_cast<double>(ErrorCount()) / total;
+}
+
+double RunStats::RequestsPerSecond() const {
+  const double s = absl::ToDoubleSeconds(elapsed);
+  return s > 0 ? ok / s : 0.0;
+}
+
+double RunStats::RowsPerSecond() const {
+  const double s = absl::ToDoubleSeconds(elapsed);
+  return s > 0 ? rows / s : 0.0;
+}
+
+double RunStats::MeanServerQueueUs() const {
+  return ok > 0 ? static_cast<double>(server_queue_us_sum) / ok : 0.0;
+}
+double RunStats::MeanServerComputeUs() const {
+  return ok > 0 ? static_cast<double>(server_compute_us_sum) / ok : 0.0;
+}
+double RunStats::MeanBatchRows() const {
+  return ok > 0 ? static_cast<double>(server_batch_rows_sum) / ok : 0.0;
+}
+
+absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
+    std::vector<std::shared_ptr<grpc::Channel>> channels,
+    v1::PredictRequest request) {
+  if (channels.empty()) return absl::InvalidArgumentError("no channels");
+  std::vector<std::unique_ptr<v1::Inference::Stub>> stubs;
+  for (auto& ch : channels) stubs.push_back(v1::Inference::NewStub(ch));
+  return std::unique_ptr<LoadGenerator>(
+      new LoadGenerator(std::move(stubs), std::move(request)));
+}
+
+LoadGenerator::LoadGenerator(
+    std::vector<std::unique_ptr<v1::Inference::Stub>> stubs,
+    v1::PredictRequest request)
+    : stubs_(std::move(stubs)),
+      request_(std::move(request)),
+      rows_per_request_(request_.inputs_size() > 0 &&
+                                request_.inputs(0).shape_size() > 0
+                            ? request_.inputs(0).shape(0)
+                            : 1) {}
+
+absl::StatusOr<RunStats> LoadGenerator::Run(const LoadSpec& spec,
+                                            const ProgressFn& progress) {
+  if (spec.open_loop()) {
+    if (spec.max_outstanding < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_outstanding ", spec.max_outstanding, " < 1"));
+    }
+  } else if (spec.concurrency < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("concurrency ", spec.concurrency, " < 1"));
+  }
+  if (spec.rate < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rate ", spec.rate, " < 0"));
+  }
+  if (spec.duration == absl::InfiniteDuration() && spec.max_requests < 0) {
+    return absl::InvalidArgumentError("give a duration or a request count");
+  }
+  if (spec.duration <= absl::ZeroDuration() || spec.max_requests == 0 ||
+      spec.deadline <= absl::ZeroDuration() || spec.warmup < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "duration, request count and deadline must be positive, warmup >= 0");
+  }
+  if (spec.warmup > absl::ZeroDuration()) {
+    auto warm = RunPhase(spec, /*warmup=*/true, progress);
+    if (!warm.ok()) return warm.status();
+  }
+  if (stop_.load()) return absl::CancelledError("stopped before measuring");
+  return RunPhase(spec, /*warmup=*/false, progress);
+}
+
+absl::StatusOr<RunStats> LoadGenerator::RunPhase(const LoadSpec& spec,
+                                                 bool warmup,
+                                                 const ProgressFn& progress) {
+  auto phase = std::make_shared<Phase>(*this, spec, warmup);
+  phase->Start();
+  phase->Wait(progress);
+  return phase->Collect();
+}
+
+absl::StatusOr<std::vector<int>> ParseConcurrencySweep(absl::string_view text) {
+  constexpr int kMaxLevels = 64;
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--concurrency='", text, "': ", why,
+        " (want N, a,b,c, lo:hi:xK or lo:hi:+K)"));
+  };
+  std::vector<int> levels;
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
+  if (parts.size() == 1) {
+    for (absl::string_view p : absl::StrSplit(text, ',')) {
+      int v;
+      if (!absl::SimpleAtoi(p, &v) || v < 1) return bad("levels must be >= 1");
+      levels.push_back(v);
+    }
+  } else if (parts.size() == 3) {
+    int lo, hi, step;
+    absl::string_view s = parts[2];
+    const bool multiply = absl::ConsumePrefix(&s, "x");
+    if (!multiply && !absl::ConsumePrefix(&s, "+")) return bad("step needs x or +");
+    if (!absl::SimpleAtoi(parts[0], &lo) || !absl::SimpleAtoi(parts[1], &hi) ||
+        !absl::SimpleAtoi(s, &step) || lo < 1 || hi < lo) {
+      return bad("need 1 <= lo <= hi");
+    }
+    if ((multiply && step < 2) || (!multiply && step < 1)) {
+      return bad("step must grow the level");
+    }
+    for (int64_t v = lo; v <= hi && levels.size() <= kMaxLevels;
+         v = multiply ? v * step : v + step) {
+      levels.push_back(static_cast<int>(v));
+    }
+  } else {
+    return bad("malformed");
+  }
+  if (levels.empty() || levels.size() > kMaxLevels) return bad("1 to 64 levels");
+  return levels;
+}
+
+std::string StatusCodeName(grpc::StatusCode code) {
+  // grpc::StatusCode and absl::StatusCode share their values.
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+}  // namespace metalserve::client

@@ -1,0 +1,257 @@
+// metalserve-bench: load-tests a metalserve server over its native gRPC API.
+//
+//   metalserve-bench --target=127.0.0.1:50051 --concurrency=1:64:x2 --duration=10s
+//   metalserve-bench --target=10.0.0.1:50051,10.0.0.2:50051 --rate=500 --arrival=poisson
+//
+// Reads flags, fetches the model's input spec with GetModelMetadata (unless
+// --input_name, --dtype and --shape give it), runs one measurement per
+// sweep level and prints the report on stdout. A live one-line progress goes
+// to stderr when it is a terminal. Exit status: 0; 1 on a usage or setup
+// error; 2 when a run's error rate exceeds --max_error_rate.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "client/channel_factory.h"
+#include "client/load_generator.h"
+#include "client/report.h"
+#include "client/request_builder.h"
+#include "grpcpp/client_context.h"
+#include "metalserve/v1/inference.grpc.pb.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "Server address host:port, or several comma-separated (IPv4 or IPv6 "
+          "literals) spread with round_robin, or one gRPC URI such as "
+          "dns:///name:port.");
+ABSL_FLAG(std::string, protocol, "native",
+          "Wire protocol; only 'native' (metalserve.v1.Inference) for now.");
+ABSL_FLAG(std::string, model_name, "",
+          "Model name sent in requests; empty lets the server use its model.");
+ABSL_FLAG(std::string, concurrency, "1",
+          "Closed loop: calls kept outstanding. A sweep runs one measurement "
+          "per level: 1,4,16 or 1:64:x2 or 4:32:+4. Ignored with --rate.");
+ABSL_FLAG(double, rate, 0,
+          "Open loop when > 0: requests per second, latency measured from the "
+          "intended send time. Default 0 (closed loop).");
+ABSL_FLAG(std::string, arrival, "constant",
+          "Open loop spacing: constant or poisson.");
+ABSL_FLAG(int64_t, max_outstanding, 10000,
+          "Open loop: calls in flight beyond this are not sent and count as "
+          "CLIENT_OVERFLOW errors.");
+ABSL_FLAG(absl::Duration, duration, absl::ZeroDuration(),
+          "Measurement length per level, e.g. 30s. Default: 10s, or no time "
+          "limit when --requests is set.");
+ABSL_FLAG(int64_t, requests, 0,
+          "Requests per level; 0 means limited by --duration only.");
+ABSL_FLAG(absl::Duration, warmup, absl::ZeroDuration(),
+          "Load before each level's measurement, results dropped. Default 0s.");
+ABSL_FLAG(int64_t, batch, 1, "Rows per request (the batch dimension). Default 1.");
+ABSL_FLAG(std::string, input, "zeros",
+          "Input data: zeros, random, or @path (raw little-endian bytes of one "
+          "row or of all --batch rows).");
+ABSL_FLAG(std::string, shape, "",
+          "Per-row input shape without the batch dimension, e.g. 3,224,224. "
+          "Default: from GetModelMetadata.");
+ABSL_FLAG(std::string, dtype, "",
+          "Input dtype (float32, float16, bfloat16, int64, ...). Default: from "
+          "GetModelMetadata.");
+ABSL_FLAG(std::string, input_name, "",
+          "Input tensor name. Default: from GetModelMetadata.");
+ABSL_FLAG(absl::Duration, deadline, absl::Seconds(30),
+          "Per-request deadline; 0 for none. Default 30s.");
+ABSL_FLAG(int32_t, connections, 1,
+          "Independent channels (HTTP/2 connections per address). Default 1.");
+ABSL_FLAG(std::string, tls_ca, "", "PEM root certificates; enables TLS.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain (mutual TLS).");
+ABSL_FLAG(std::string, tls_key, "", "PEM client private key (mutual TLS).");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name checked against the server certificate; enables TLS.");
+ABSL_FLAG(std::string, output, "text", "Report format: text, json or csv.");
+ABSL_FLAG(double, max_error_rate, 1.0,
+          "Exit with status 2 when a level's error fraction exceeds this "
+          "(0..1). Default 1 (never).");
+ABSL_FLAG(uint64_t, seed, 1, "Seed for random inputs and Poisson arrivals.");
+ABSL_FLAG(std::string, progress, "auto",
+          "Live progress line on stderr: auto (when a terminal), on, off.");
+
+namespace metalserve::client {
+namespace {
+
+std::atomic<LoadGenerator*> g_generator{nullptr};
+
+void OnSignal(int) {
+  LoadGenerator* gen = g_generator.load();
+  if (gen != nullptr) gen->Stop();
+}
+
+int Fail(const absl::Status& status) {
+  std::cerr << "metalserve-bench: " << status << "\n";
+  return 1;
+}
+
+absl::StatusOr<v1::GetModelMetadataResponse> FetchMetadata(
+    const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = v1::Inference::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetModelMetadataRequest req;
+  req.set_model_name(absl::GetFlag(FLAGS_model_name));
+  v1::GetModelMetadataResponse resp;
+  const grpc::Status s = stub->GetModelMetadata(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("GetModelMetadata from ",
+                                     absl::GetFlag(FLAGS_target), ": ",
+                                     s.error_message()));
+  }
+  return resp;
+}
+
+absl::StatusOr<InputOverrides> OverridesFromFlags() {
+  InputOverrides o;
+  if (!absl::GetFlag(FLAGS_input_name).empty()) o.name = absl::GetFlag(FLAGS_input_name);
+  if (!absl::GetFlag(FLAGS_dtype).empty()) {
+    auto d = ParseDataType(absl::GetFlag(FLAGS_dtype));
+    if (!d.ok()) return d.status();
+    o.dtype = *d;
+  }
+  if (!absl::GetFlag(FLAGS_shape).empty()) {
+    auto s = ParseShape(absl::GetFlag(FLAGS_shape));
+    if (!s.ok()) return s.status();
+    o.shape = *s;
+  }
+  return o;
+}
+
+absl::StatusOr<LoadSpec> BaseSpecFromFlags() {
+  LoadSpec spec;
+  spec.rate = absl::GetFlag(FLAGS_rate);
+  const std::string arrival = absl::GetFlag(FLAGS_arrival);
+  if (arrival == "poisson") {
+    spec.arrival = Arrival::kPoisson;
+  } else if (arrival != "constant") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--arrival='", arrival, "': want constant or poisson"));
+  }
+  spec.max_outstanding = absl::GetFlag(FLAGS_max_outstanding);
+  spec.max_requests = absl::GetFlag(FLAGS_requests) > 0 ? absl::GetFlag(FLAGS_requests) : -1;
+  const absl::Duration duration = absl::GetFlag(FLAGS_duration);
+  if (duration > absl::ZeroDuration()) {
+    spec.duration = duration;
+  } else if (spec.max_requests < 0) {
+    spec.duration = absl::Seconds(10);
+  }
+  spec.warmup = absl::GetFlag(FLAGS_warmup);
+  const absl::Duration deadline = absl::GetFlag(FLAGS_deadline);
+  spec.deadline = deadline > absl::ZeroDuration() ? deadline : absl::InfiniteDuration();
+  spec.seed = absl::GetFlag(FLAGS_seed);
+  return spec;
+}
+
+bool ProgressWanted() {
+  const std::string p = absl::GetFlag(FLAGS_progress);
+  if (p == "on") return true;
+  if (p == "off") return false;
+  return isatty(STDERR_FILENO) == 1;
+}
+
+int Main() {
+  if (absl::GetFlag(FLAGS_protocol) != "native") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--protocol='", absl::GetFlag(FLAGS_protocol),
+        "' is not supported; the only protocol is 'native' (metalserve.v1)")));
+  }
+  auto format = ParseOutputFormat(absl::GetFlag(FLAGS_output));
+  if (!format.ok()) return Fail(format.status());
+  const double max_error_rate = absl::GetFlag(FLAGS_max_error_rate);
+  if (!(max_error_rate >= 0 && max_error_rate <= 1)) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--max_error_rate=", max_error_rate, " is not in [0, 1]")));
+  }
+  auto base = BaseSpecFromFlags();
+  if (!base.ok()) return Fail(base.status());
+  auto levels = ParseConcurrencySweep(absl::GetFlag(FLAGS_concurrency));
+  if (!levels.ok()) return Fail(levels.status());
+  if (base->open_loop()) levels = std::vector<int>{1};
+  auto source = ParseInputSource(absl::GetFlag(FLAGS_input));
+  if (!source.ok()) return Fail(source.status());
+  source->seed = absl::GetFlag(FLAGS_seed);
+  auto overrides = OverridesFromFlags();
+  if (!overrides.ok()) return Fail(overrides.status());
+
+  ChannelOptions copts;
+  copts.targets = absl::StrSplit(absl::GetFlag(FLAGS_target), ',', absl::SkipEmpty());
+  copts.connections = absl::GetFlag(FLAGS_connections);
+  copts.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  copts.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  copts.tls_key = absl::GetFlag(FLAGS_tls_key);
+  copts.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  auto channels = CreateChannels(copts);
+  if (!channels.ok()) return Fail(channels.status());
+
+  std::optional<v1::GetModelMetadataResponse> metadata;
+  if (!overrides->name || !overrides->dtype || !overrides->shape) {
+    auto md = FetchMetadata(channels->front());
+    if (!md.ok()) return Fail(md.status());
+    metadata = *std::move(md);
+  }
+  auto inputs = ResolveInputs(metadata ? &*metadata : nullptr, *overrides,
+                              absl::GetFlag(FLAGS_batch));
+  if (!inputs.ok()) return Fail(inputs.status());
+  auto request = BuildPredictRequest(*inputs, *source, absl::GetFlag(FLAGS_model_name));
+  if (!request.ok()) return Fail(request.status());
+  auto gen = LoadGenerator::Create(*std::move(channels), *std::move(request));
+  if (!gen.ok()) return Fail(gen.status());
+
+  g_generator.store(gen->get());
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  const bool show_progress = ProgressWanted();
+  ProgressFn progress;
+  if (show_progress) {
+    progress = [](const Progress& p) {
+      std::cerr << "\r\033[K" << FormatProgress(p) << std::flush;
+    };
+  }
+  std::vector<RunReport> reports;
+  for (int level : *levels) {
+    LoadSpec spec = *base;
+    spec.concurrency = level;
+    auto stats = (*gen)->Run(spec, progress);
+    if (show_progress) std::cerr << "\r\033[K" << std::flush;
+    if (absl::IsCancelled(stats.status())) break;
+    if (!stats.ok()) return Fail(stats.status());
+    reports.push_back({spec, *std::move(stats)});
+    if (*format == OutputFormat::kText) {
+      std::cout << FormatReports({reports.back()}, *format) << std::flush;
+    }
+  }
+  if (*format != OutputFormat::kText) std::cout << FormatReports(reports, *format);
+  std::cout << std::flush;
+  g_generator.store(nullptr);
+  return ExitCodeFor(reports, max_error_rate);
+}
+
+}  // namespace
+}  // namespace metalserve::client
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Load-tests a metalserve server: metalserve-bench --target=host:port "
+      "[--concurrency=1:64:x2 | --rate=R] [--duration=10s | --requests=N]");
+  absl::ParseCommandLine(argc, argv);
+  return metalserve::client::Main();
+}
