@@ -1,0 +1,65 @@
+// What the batcher knows of a request: its rows, which requests it may share
+// a batch with, its deadline and whether its caller still waits.
+//
+// The batcher is generic over this interface and knows nothing of gRPC or
+// tensors. A task handed to the batcher is answered exactly once: either the
+// batcher calls Abort() (deadline passed or caller gone while queued, server
+// draining with nowhere to run it), or the task reaches the batch processor,
+// which then owns answering it.
+#ifndef METALSERVE_SERVER_BATCHER_BATCH_TASK_H_
+#define METALSERVE_SERVER_BATCHER_BATCH_TASK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace metalserve {
+
+class BatchTask {
+ public:
+  virtual ~BatchTask() = default;
+
+  // Rows this task contributes to a batch (>= 1).
+  virtual int64_t rows() const = 0;
+  // Tasks share a batch only when their keys are equal (e.g. the dtypes and
+  // non-batch dimensions of every input).
+  virtual absl::string_view batch_key() const = 0;
+  // The caller's deadline; InfiniteFuture() for none.
+  virtual absl::Time deadline() const { return absl::InfiniteFuture(); }
+  // True once the caller has cancelled or gone away.
+  virtual bool IsCancelled() const { return false; }
+  // Answers the task without running it. Called at most once, never with a
+  // batcher lock held.
+  virtual void Abort(const absl::Status& status) = 0;
+
+  // Set by the batcher when the task is admitted.
+  absl::Time enqueue_time;
+};
+
+// Why a batch was closed.
+enum class CloseReason {
+  kFull,          // max_batch_size reached or the next task does not fit
+  kDelayExpired,  // max_queue_delay passed since the oldest task arrived
+  kNoDelay,       // executor free, max_queue_delay is zero: take what waits
+  kDraining,      // shutting down: run what was accepted without waiting
+};
+absl::string_view CloseReasonName(CloseReason reason);
+
+// A batch handed to the processor. Tasks keep their arrival order; the
+// processor must answer every one of them exactly once.
+struct Batch {
+  std::vector<std::unique_ptr<BatchTask>> tasks;
+  int64_t rows = 0;         // sum of the tasks' rows
+  int64_t padded_rows = 0;  // rows after padding to an allowed size (>= rows)
+  CloseReason reason = CloseReason::kFull;
+  absl::Time formed_at;
+};
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_BATCHER_BATCH_TASK_H_

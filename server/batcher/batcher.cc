@@ -1,0 +1,112 @@
+#include "server/batcher/batcher.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "server/common/status_macros.h"
+
+namespace metalserve {
+namespace {
+
+struct GenerationChanged {
+  const int64_t* generation;
+  int64_t seen;
+  static bool Holds(GenerationChanged* g) { return *g->generation != g->seen; }
+};
+
+void AbortAll(std::vector<std::unique_ptr<BatchTask>>& tasks,
+              const absl::Status& status) {
+  for (auto& t : tasks) t->Abort(status);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
+    BatcherOptions options, Clock* clock, ProcessFn process, IdleFn on_idle,
+    absl::Duration idle_tick) {
+  RETURN_IF_ERROR(options.Validate());
+  if (!process) return absl::InvalidArgumentError("batch processor is empty");
+  if (clock == nullptr) clock = Clock::RealClock();
+  std::unique_ptr<Batcher> b(
+      new Batcher(std::move(options), clock, std::move(process),
+                  std::move(on_idle), idle_tick));
+  const int n = b->queue_.options().num_executors;
+  for (int i = 0; i < n; ++i) {
+    b->executors_.emplace_back([raw = b.get()] { raw->ExecutorLoop(); });
+  }
+  return b;
+}
+
+Batcher::Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
+                 IdleFn on_idle, absl::Duration idle_tick)
+    : clock_(clock),
+      process_(std::move(process)),
+      on_idle_(std::move(on_idle)),
+      idle_tick_(idle_tick),
+      queue_(std::move(options)) {}
+
+Batcher::~Batcher() { Shutdown(); }
+
+absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
+  absl::MutexLock l(&mu_);
+  if (stopping_) {
+    return absl::UnavailableError("server is shutting down; retry elsewhere");
+  }
+  RETURN_IF_ERROR(queue_.Admit(task, clock_->TimeNow()));
+  queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
+  ++generation_;
+  return absl::OkStatus();
+}
+
+void Batcher::Shutdown() {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+    ++generation_;
+  }
+  for (auto& t : executors_) t.join();
+  executors_.clear();
+}
+
+void Batcher::ExecutorLoop() {
+  absl::Time next_idle_call = absl::InfinitePast();  // due at once when idle
+  mu_.Lock();
+  while (true) {
+    const absl::Time now = clock_->TimeNow();
+    BatchQueue::PollResult r = queue_.Poll(now, stopping_);
+    queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
+    const bool have_work =
+        r.batch.has_value() || !r.expired.empty() || !r.cancelled.empty();
+    if (have_work) {
+      mu_.Unlock();
+      AbortAll(r.expired,
+               absl::DeadlineExceededError(
+                   "deadline passed while the request waited in the queue; "
+                   "it was not run"));
+      AbortAll(r.cancelled, absl::CancelledError(
+                                "request cancelled by the client before it ran"));
+      if (r.batch.has_value()) process_(std::move(*r.batch));
+      next_idle_call = absl::InfinitePast();
+      mu_.Lock();
+      continue;
+    }
+    if (stopping_ && queue_.empty()) break;
+    if (on_idle_ && queue_.empty()) {
+      if (now >= next_idle_call) {
+        next_idle_call = now + idle_tick_;
+        mu_.Unlock();
+        on_idle_();
+        mu_.Lock();
+        continue;
+      }
+      r.wake_at = std::min(r.wake_at, next_idle_call);
+    }
+    GenerationChanged changed{&generation_, generation_};
+    clock_->AwaitWithDeadline(
+        &mu_, absl::Condition(&GenerationChanged::Holds, &changed), r.wake_at);
+  }
+  mu_.Unlock();
+}
+
+}  // namespace metalserve

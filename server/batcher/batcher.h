@@ -1,0 +1,98 @@
+// Batcher: a bounded, deadline- and cancel-aware request queue with executor
+// threads that form batches when they are free and hand them to a processor.
+//
+// Behaviour (the policy itself is BatchQueue's; see batch_queue.h):
+//  * Submit() admits a task or refuses it at once: UNAVAILABLE when the queue
+//    (max_queue_size rows) is full or the batcher is shutting down,
+//    INVALID_ARGUMENT when the task alone exceeds max_batch_size.
+//  * Each of num_executors threads, when free, polls the queue: tasks whose
+//    deadline passed are aborted with DEADLINE_EXCEEDED and cancelled ones
+//    with CANCELLED, without running; a batch that is due is handed to the
+//    processor on that thread; otherwise the thread waits until a task
+//    arrives, the oldest task's delay expires or a deadline passes.
+//  * With more than one executor, batch N+1 is formed and its input prepared
+//    while batch N computes (pipelining); the processor bounds concurrent
+//    device work itself.
+//  * Latency bound for an admitted task: max_queue_delay plus the time until
+//    an executor is free, plus the batch's compute time.
+//
+// Tuning: max_batch_size to the throughput knee of the device; allowed batch
+// sizes to a few fixed shapes (MPS allocates anew for every new shape);
+// max_queue_delay to a fraction of the latency budget.
+//
+// Ownership and thread-safety: Submit() is thread-safe. The batcher owns its
+// executor threads; the destructor calls Shutdown(), which stops admitting,
+// runs every admitted task (reason kDraining) and joins the threads. The
+// processor is called without any batcher lock held.
+#ifndef METALSERVE_SERVER_BATCHER_BATCHER_H_
+#define METALSERVE_SERVER_BATCHER_BATCHER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/batcher/batch_queue.h"
+#include "server/batcher/batch_task.h"
+#include "server/common/clock.h"
+
+namespace metalserve {
+
+class Batcher {
+ public:
+  // Runs one batch; must answer every task in it exactly once.
+  using ProcessFn = std::function<void(Batch batch)>;
+  // Called by an executor with nothing to do: when it becomes idle and then
+  // every `idle_tick` while it stays idle (the runtime's idle-time cache
+  // hygiene hangs here). Never called with a lock held.
+  using IdleFn = std::function<void()>;
+
+  static absl::StatusOr<std::unique_ptr<Batcher>> Create(
+      BatcherOptions options, Clock* clock, ProcessFn process,
+      IdleFn on_idle = nullptr, absl::Duration idle_tick = absl::Seconds(1));
+  ~Batcher();
+
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // Takes ownership of `*task` on success. On failure `*task` is left with
+  // the caller, who answers it with the returned status.
+  absl::Status Submit(std::unique_ptr<BatchTask>* task);
+
+  // Stops admitting, drains every admitted task through the processor and
+  // joins the executors. Idempotent.
+  void Shutdown();
+
+  // Rows waiting in the queue (not yet in a batch).
+  int64_t queued_rows() const { return queued_rows_.load(std::memory_order_relaxed); }
+  const BatcherOptions& options() const { return queue_.options(); }
+
+ private:
+  Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
+          IdleFn on_idle, absl::Duration idle_tick);
+  void ExecutorLoop();
+
+  Clock* const clock_;
+  const ProcessFn process_;
+  const IdleFn on_idle_;
+  const absl::Duration idle_tick_;
+
+  absl::Mutex mu_;
+  BatchQueue queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Bumped on every admission or stop, so waiting executors re-poll.
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> queued_rows_{0};
+
+  std::vector<std::thread> executors_;
+  absl::Mutex shutdown_mu_;
+};
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_BATCHER_BATCHER_H_

@@ -1,0 +1,153 @@
+#include "server/service/batch_executor.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace metalserve {
+
+std::string BatchKeyOf(const std::vector<InputView>& inputs) {
+  std::string key;
+  for (const InputView& in : inputs) {
+    absl::StrAppend(&key, DTypeName(in.dtype), "[");
+    for (size_t d = 1; d < in.shape.size(); ++d) {
+      absl::StrAppend(&key, d > 1 ? "," : "", in.shape[d]);
+    }
+    absl::StrAppend(&key, "];");
+  }
+  return key;
+}
+
+BatchExecutor::BatchExecutor(Runner* runner, const BatcherOptions& batching,
+                             int device_concurrency, Metrics* metrics,
+                             Clock* clock)
+    : runner_(runner),
+      batching_(batching),
+      metrics_(metrics),
+      clock_(clock != nullptr ? clock : Clock::RealClock()),
+      device_slots_(device_concurrency < 1 ? 1 : device_concurrency) {}
+
+std::vector<Tensor> BatchExecutor::Assemble(
+    const std::vector<InferTask*>& tasks, const std::vector<TensorSpec>& specs,
+    int64_t padded_rows) {
+  std::vector<Tensor> out;
+  if (tasks.empty()) return out;
+  const size_t n_inputs = tasks.front()->inputs().size();
+  out.reserve(n_inputs);
+  for (size_t i = 0; i < n_inputs; ++i) {
+    const InputView& first = tasks.front()->inputs()[i];
+    Tensor t;
+    t.name = i < specs.size() ? specs[i].name : absl::StrCat("input", i);
+    t.dtype = first.dtype;
+    t.shape = first.shape;
+    t.shape[0] = padded_rows;
+    const int64_t row_bytes = t.RowBytes();
+    t.data.resize(static_cast<size_t>(row_bytes * padded_rows));
+    char* dst = t.data.data();
+    for (InferTask* task : tasks) {
+      const InputView& in = task->inputs()[i];
+      std::memcpy(dst, in.data.data(), in.data.size());
+      dst += in.data.size();
+    }
+    // Padding rows stay zero: resize() zero-fills.
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Tensor>> BatchExecutor::RunOnDevice(
+    const std::vector<Tensor>& in, absl::Duration* took) {
+  {
+    absl::MutexLock l(&device_mu_);
+    device_mu_.Await(absl::Condition(
+        +[](int* slots) { return *slots > 0; }, &device_slots_));
+    --device_slots_;
+  }
+  const absl::Time start = clock_->TimeNow();
+  absl::StatusOr<std::vector<Tensor>> out = runner_->Run(in);
+  *took = clock_->TimeNow() - start;
+  absl::MutexLock l(&device_mu_);
+  ++device_slots_;
+  return out;
+}
+
+void BatchExecutor::Process(Batch batch) {
+  std::vector<InferTask*> tasks;
+  tasks.reserve(batch.tasks.size());
+  for (auto& t : batch.tasks) tasks.push_back(static_cast<InferTask*>(t.get()));
+  const absl::Time start = clock_->TimeNow();
+  RunGroup(tasks, batch.formed_at);
+  if (metrics_ != nullptr) {
+    metrics_->BatchCompleted(batch.rows, batch.padded_rows - batch.rows,
+                             CloseReasonName(batch.reason),
+                             clock_->TimeNow() - start);
+  }
+  runner_->BetweenBatches(/*idle=*/false);
+}
+
+void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks,
+                             absl::Time formed_at) {
+  int64_t rows = 0;
+  for (InferTask* t : tasks) rows += t->rows();
+  const int64_t padded = batching_.PaddedRows(rows);
+  const std::vector<TensorSpec>& specs = runner_->info().inputs;
+
+  absl::Duration took;
+  const absl::Time run_start = clock_->TimeNow();
+  absl::StatusOr<std::vector<Tensor>> out =
+      RunOnDevice(Assemble(tasks, specs, padded), &took);
+
+  if (out.ok()) {
+    for (const Tensor& o : *out) {
+      if (o.shape.empty() || o.shape[0] != padded) {
+        out = absl::InternalError(absl::StrCat(
+            "model output '", o.name, "' has shape ", ShapeToString(o.shape),
+            " for a batch of ", padded, " rows; outputs must be batch-first"));
+        break;
+      }
+    }
+  }
+  if (!out.ok() && tasks.size() > 1 &&
+      (out.status().code() == absl::StatusCode::kResourceExhausted ||
+       out.status().code() == absl::StatusCode::kInternal)) {
+    LOG(WARNING) << "batch of " << tasks.size() << " requests (" << rows
+                 << " rows) failed: " << out.status()
+                 << "; retrying in halves to isolate it";
+    const size_t half = tasks.size() / 2;
+    RunGroup({tasks.begin(), tasks.begin() + half}, formed_at);
+    RunGroup({tasks.begin() + half, tasks.end()}, formed_at);
+    return;
+  }
+
+  int64_t offset = 0;
+  for (InferTask* task : tasks) {
+    RunStats stats;
+    stats.queue_time = run_start - task->enqueue_time;
+    stats.compute_time = took;
+    stats.batch_rows = padded;
+    if (metrics_ != nullptr) metrics_->QueueWait(stats.queue_time);
+    if (!out.ok()) {
+      task->Finish(out.status(), stats);
+      continue;
+    }
+    std::vector<Tensor> mine;
+    mine.reserve(out->size());
+    for (const Tensor& o : *out) {
+      Tensor slice;
+      slice.name = o.name;
+      slice.dtype = o.dtype;
+      slice.shape = o.shape;
+      slice.shape[0] = task->rows();
+      const int64_t row_bytes = o.RowBytes();
+      slice.data = o.data.substr(static_cast<size_t>(offset * row_bytes),
+                                 static_cast<size_t>(task->rows() * row_bytes));
+      mine.push_back(std::move(slice));
+    }
+    offset += task->rows();
+    task->Finish(std::move(mine), stats);
+  }
+}
+
+}  // namespace metalserve

@@ -1,0 +1,67 @@
+// BatchExecutor: runs a batch formed by the Batcher on the Runner.
+//
+// For each batch it concatenates the tasks' rows (and zero rows up to the
+// padded size) into one tensor per input, runs the model, and slices every
+// output back into each task's own rows. Failure handling:
+//  * RESOURCE_EXHAUSTED (device out of memory): the runtime has emptied its
+//    cache; the batch is retried split in halves, recursively. A single
+//    request that still does not fit alone gets RESOURCE_EXHAUSTED.
+//  * INTERNAL (the model threw): with several requests, the batch is re-run
+//    in halves so the request that makes the model throw fails alone and
+//    the others succeed.
+//  * Anything else fails every task of the batch with that status.
+//
+// Device concurrency: at most `device_concurrency` Run calls at once, so that
+// with several executor threads the next batch is assembled while the current
+// one computes (pipelining) without oversubscribing the device.
+//
+// Thread-safety: Process() is thread-safe. Does not own the runner or the
+// observer.
+#ifndef METALSERVE_SERVER_SERVICE_BATCH_EXECUTOR_H_
+#define METALSERVE_SERVER_SERVICE_BATCH_EXECUTOR_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "server/batcher/batch_queue.h"
+#include "server/batcher/batch_task.h"
+#include "server/common/clock.h"
+#include "server/metrics/metrics.h"
+#include "server/runtime/runner.h"
+#include "server/service/infer_task.h"
+
+namespace metalserve {
+
+class BatchExecutor {
+ public:
+  // `metrics` may be null.
+  BatchExecutor(Runner* runner, const BatcherOptions& batching,
+                int device_concurrency, Metrics* metrics, Clock* clock);
+
+  // Runs `batch`; every task in it is an InferTask and is answered.
+  void Process(Batch batch);
+
+  // Concatenates `tasks`' inputs row-wise and appends zero rows up to
+  // `padded_rows`. Exposed for tests.
+  static std::vector<Tensor> Assemble(const std::vector<InferTask*>& tasks,
+                                      const std::vector<TensorSpec>& specs,
+                                      int64_t padded_rows);
+
+ private:
+  void RunGroup(const std::vector<InferTask*>& tasks, absl::Time formed_at);
+  absl::StatusOr<std::vector<Tensor>> RunOnDevice(const std::vector<Tensor>& in,
+                                                  absl::Duration* took);
+
+  Runner* const runner_;
+  const BatcherOptions batching_;
+  Metrics* const metrics_;
+  Clock* const clock_;
+
+  absl::Mutex device_mu_;
+  int device_slots_ ABSL_GUARDED_BY(device_mu_);
+};
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_SERVICE_BATCH_EXECUTOR_H_

@@ -1,0 +1,49 @@
+// InferTask: a request on its way through the batcher to the runtime, as the
+// batch executor sees it, whichever protocol it came in on.
+#ifndef METALSERVE_SERVER_SERVICE_INFER_TASK_H_
+#define METALSERVE_SERVER_SERVICE_INFER_TASK_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/batcher/batch_task.h"
+#include "server/common/tensor.h"
+
+namespace metalserve {
+
+// A validated input: its bytes stay in the request message, which outlives
+// the task.
+struct InputView {
+  DType dtype = DType::kInvalid;
+  std::vector<int64_t> shape;  // batch first
+  absl::string_view data;
+};
+
+// Server-side timing of one request, reported back to the caller.
+struct RunStats {
+  absl::Duration queue_time;    // admission to batch start
+  absl::Duration compute_time;  // the batch's Run
+  int64_t batch_rows = 0;       // rows of the model batch, padding included
+};
+
+class InferTask : public BatchTask {
+ public:
+  // Inputs in the model's input order, all with rows() rows.
+  virtual const std::vector<InputView>& inputs() const = 0;
+  // Answers the task with its own rows of every output, or an error. Called
+  // exactly once by the executor (or Abort() by the batcher instead).
+  virtual void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
+                      const RunStats& stats) = 0;
+};
+
+// Key under which requests may share a batch: dtype and non-batch dims of
+// every input.
+std::string BatchKeyOf(const std::vector<InputView>& inputs);
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_SERVICE_INFER_TASK_H_

@@ -1,0 +1,56 @@
+// The native metalserve.v1.Inference gRPC service (callback API).
+//
+// Predict validates the request against the model's signature, wraps it in a
+// task and submits it to the batcher; the handler returns at once and the
+// executor thread finishes the RPC. Errors: INVALID_ARGUMENT for bad input
+// (naming the field and value), NOT_FOUND for another model's name,
+// UNAVAILABLE when the queue is full or the server drains, DEADLINE_EXCEEDED
+// when the deadline passes in the queue, INTERNAL when the model throws,
+// RESOURCE_EXHAUSTED when a request alone does not fit on the device.
+//
+// Ownership: does not own the runner, batcher or metrics; they must outlive
+// the gRPC server the service is registered with. Thread-safety: the
+// handlers are called concurrently by gRPC.
+#ifndef METALSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
+#define METALSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
+
+#include <string>
+
+#include "metalserve/v1/inference.grpc.pb.h"
+#include "server/batcher/batcher.h"
+#include "server/common/clock.h"
+#include "server/metrics/metrics.h"
+#include "server/runtime/runner.h"
+
+namespace metalserve {
+
+class InferenceService final : public metalserve::v1::Inference::CallbackService {
+ public:
+  // `metrics` may be null.
+  InferenceService(Runner* runner, Batcher* batcher, Metrics* metrics,
+                   Clock* clock, std::string server_version);
+
+  grpc::ServerUnaryReactor* Predict(
+      grpc::CallbackServerContext* context,
+      const metalserve::v1::PredictRequest* request,
+      metalserve::v1::PredictResponse* response) override;
+
+  grpc::ServerUnaryReactor* GetModelMetadata(
+      grpc::CallbackServerContext* context,
+      const metalserve::v1::GetModelMetadataRequest* request,
+      metalserve::v1::GetModelMetadataResponse* response) override;
+
+ private:
+  Runner* const runner_;
+  Batcher* const batcher_;
+  Metrics* const metrics_;
+  Clock* const clock_;
+  const std::string server_version_;
+};
+
+// Deadline of a server call as absl::Time (InfiniteFuture when none).
+absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_

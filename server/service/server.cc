@@ -1,0 +1,140 @@
+#include "server/service/server.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/common/status_macros.h"
+#include "server/service/batch_executor.h"
+#include "server/service/inference_service.h"
+
+namespace metalserve {
+namespace {
+
+constexpr char kServiceName[] = "metalserve.v1.Inference";
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " file '", path, "' cannot be read"));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
+    const ServerOptions& o) {
+  if (o.tls_cert_path.empty() && o.tls_key_path.empty()) {
+    if (!o.tls_client_ca_path.empty()) {
+      return absl::InvalidArgumentError(
+          "tls_client_ca needs tls_cert and tls_key as well");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (o.tls_cert_path.empty() || o.tls_key_path.empty()) {
+    return absl::InvalidArgumentError("tls_cert and tls_key must be given together");
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.private_key, ReadFile(o.tls_key_path, "tls_key"));
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(o.tls_cert_path, "tls_cert"));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!o.tls_client_ca_path.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(o.tls_client_ca_path, "tls_client_ca"));
+    ssl.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
+    const ServerOptions& options, Runner* runner, Metrics* metrics,
+    Clock* clock) {
+  if (clock == nullptr) clock = Clock::RealClock();
+  if (options.max_message_bytes <= 0 || options.max_message_bytes > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes must be in [1, 2147483647], got ", options.max_message_bytes));
+  }
+  ASSIGN_OR_RETURN(auto creds, Credentials(options));
+  std::unique_ptr<InferenceServer> s(new InferenceServer());
+  s->metrics_ = metrics;
+  s->executor_ = std::make_unique<BatchExecutor>(
+      runner, options.batching, options.device_concurrency, metrics, clock);
+  BatchExecutor* executor = s->executor_.get();
+  auto on_idle = [runner, metrics] {
+    runner->BetweenBatches(/*idle=*/true);
+    if (metrics != nullptr) {
+      const MemoryStats m = runner->Memory();
+      metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes,
+                          m.resident_bytes});
+    }
+  };
+  ASSIGN_OR_RETURN(
+      s->batcher_,
+      Batcher::Create(options.batching, clock,
+                      [executor](Batch b) { executor->Process(std::move(b)); },
+                      on_idle));
+  s->service_ = std::make_unique<InferenceService>(
+      runner, s->batcher_.get(), metrics, clock, options.version);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.address, creds, &s->port_);
+  builder.RegisterService(s->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    s->batcher_->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on '", options.address,
+                     "' (address in use, or not a valid host:port)"));
+  }
+  s->SetServing(true);
+  LOG(INFO) << "serving " << runner->info().name << " on " << options.address
+            << " (port " << s->port_ << ")"
+            << (options.tls_cert_path.empty() ? "" : " with TLS")
+            << (options.tls_client_ca_path.empty() ? "" : " (mutual)");
+  return s;
+}
+
+InferenceServer::~InferenceServer() { Shutdown(); }
+
+void InferenceServer::SetServing(bool serving) {
+  if (server_ == nullptr) return;
+  auto* health = server_->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(kServiceName, serving);
+  }
+  if (metrics_ != nullptr) metrics_->SetReady(serving);
+}
+
+void InferenceServer::Shutdown(absl::Duration timeout) {
+  {
+    absl::MutexLock l(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  SetServing(false);
+  if (server_ != nullptr) {
+    // Stops accepting; waits for accepted RPCs, which the batcher (still
+    // running) completes; cancels what remains after the timeout.
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  if (batcher_ != nullptr) batcher_->Shutdown();
+  if (server_ != nullptr) server_->Wait();
+  LOG(INFO) << "server stopped";
+}
+
+}  // namespace metalserve

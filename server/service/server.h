@@ -1,0 +1,81 @@
+// InferenceServer: the gRPC server with the native Inference service, the
+// standard health service and reflection, wired to a batcher and executor
+// around one Runner.
+//
+// Lifecycle: Start() binds, builds the batcher and reports SERVING once the
+// runner (already warmed up by its factory) is ready. Shutdown(): health
+// NOT_SERVING, stop accepting, answer every accepted request (the batcher
+// drains through the model), then return. The destructor calls Shutdown().
+//
+// Thread-safety: Shutdown() and SetServing() may be called from any thread.
+// Does not own the runner or the metrics.
+#ifndef METALSERVE_SERVER_SERVICE_SERVER_H_
+#define METALSERVE_SERVER_SERVICE_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/batcher/batcher.h"
+#include "server/common/clock.h"
+#include "server/metrics/metrics.h"
+#include "server/runtime/runner.h"
+
+namespace grpc {
+class Server;
+class Service;
+}  // namespace grpc
+
+namespace metalserve {
+
+class BatchExecutor;
+class InferenceService;
+
+struct ServerOptions {
+  // host:port to listen on; port 0 picks a free one (see port()).
+  std::string address = "127.0.0.1:8500";
+  // Largest gRPC message accepted or sent, bytes. Default 64 MiB: a batch of
+  // 100 fp32 3x224x224 images (602,112 bytes each) fits.
+  int64_t max_message_bytes = 64 << 20;
+  BatcherOptions batching;
+  // Batches allowed on the device at once (1 on MPS; may be more on CUDA).
+  int device_concurrency = 1;
+  std::string version = "0.0.0";
+  // TLS: PEM files. Empty cert/key: plaintext. A client CA turns on mutual
+  // TLS (clients must present a certificate signed by it).
+  std::string tls_cert_path;
+  std::string tls_key_path;
+  std::string tls_client_ca_path;
+};
+
+class InferenceServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<InferenceServer>> Start(
+      const ServerOptions& options, Runner* runner, Metrics* metrics,
+      Clock* clock = nullptr);
+  ~InferenceServer();
+
+  int port() const { return port_; }
+  // Health status of "" and "metalserve.v1.Inference".
+  void SetServing(bool serving);
+  // Graceful stop; requests still running after `timeout` are cancelled.
+  void Shutdown(absl::Duration timeout = absl::Seconds(30));
+
+ private:
+  InferenceServer() = default;
+
+  Metrics* metrics_ = nullptr;
+  std::unique_ptr<BatchExecutor> executor_;
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_SERVICE_SERVER_H_

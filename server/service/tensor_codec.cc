@@ -1,0 +1,163 @@
+#include "server/service/tensor_codec.h"
+
+#include <limits>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/common/status_macros.h"
+
+namespace metalserve {
+
+using metalserve::v1::DataType;
+
+DType FromProto(DataType dtype) {
+  switch (dtype) {
+    case metalserve::v1::DATA_TYPE_FLOAT32: return DType::kFloat32;
+    case metalserve::v1::DATA_TYPE_FLOAT16: return DType::kFloat16;
+    case metalserve::v1::DATA_TYPE_BFLOAT16: return DType::kBFloat16;
+    case metalserve::v1::DATA_TYPE_FLOAT64: return DType::kFloat64;
+    case metalserve::v1::DATA_TYPE_INT64: return DType::kInt64;
+    case metalserve::v1::DATA_TYPE_INT32: return DType::kInt32;
+    case metalserve::v1::DATA_TYPE_UINT8: return DType::kUInt8;
+    case metalserve::v1::DATA_TYPE_INT8: return DType::kInt8;
+    case metalserve::v1::DATA_TYPE_BOOL: return DType::kBool;
+    default: return DType::kInvalid;
+  }
+}
+
+DataType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return metalserve::v1::DATA_TYPE_FLOAT32;
+    case DType::kFloat16: return metalserve::v1::DATA_TYPE_FLOAT16;
+    case DType::kBFloat16: return metalserve::v1::DATA_TYPE_BFLOAT16;
+    case DType::kFloat64: return metalserve::v1::DATA_TYPE_FLOAT64;
+    case DType::kInt64: return metalserve::v1::DATA_TYPE_INT64;
+    case DType::kInt32: return metalserve::v1::DATA_TYPE_INT32;
+    case DType::kUInt8: return metalserve::v1::DATA_TYPE_UINT8;
+    case DType::kInt8: return metalserve::v1::DATA_TYPE_INT8;
+    case DType::kBool: return metalserve::v1::DATA_TYPE_BOOL;
+    case DType::kInvalid: break;
+  }
+  return metalserve::v1::DATA_TYPE_UNSPECIFIED;
+}
+
+std::vector<RawInput> DecodeInputs(const metalserve::v1::PredictRequest& request) {
+  std::vector<RawInput> out;
+  out.reserve(request.inputs_size());
+  for (const auto& t : request.inputs()) {
+    RawInput in;
+    in.name = t.name();
+    in.dtype = FromProto(t.dtype());
+    in.dtype_label = metalserve::v1::DataType_Name(t.dtype());
+    if (in.dtype_label.empty()) in.dtype_label = absl::StrCat(static_cast<int>(t.dtype()));
+    in.shape.assign(t.shape().begin(), t.shape().end());
+    in.data = t.data();
+    out.push_back(std::move(in));
+  }
+  return out;
+}
+
+namespace {
+
+std::string SpecList(const std::vector<TensorSpec>& specs) {
+  return absl::StrJoin(specs, ", ", [](std::string* out, const TensorSpec& s) {
+    absl::StrAppend(out, "'", s.name, "' ", DTypeName(s.dtype), " ",
+                    ShapeToString(s.shape));
+  });
+}
+
+absl::Status CheckOne(const RawInput& in, const TensorSpec& spec,
+                      const std::string& f) {
+  if (in.dtype != spec.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f, ".dtype is ", in.dtype == DType::kInvalid ? in.dtype_label
+                                                      : std::string(DTypeName(in.dtype)),
+        "; the model expects ", DTypeName(spec.dtype)));
+  }
+  if (in.shape.size() != spec.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f, ".shape ", ShapeToString(in.shape), " has rank ", in.shape.size(),
+        "; the model expects rank ", spec.shape.size(), " ",
+        ShapeToString(spec.shape)));
+  }
+  ASSIGN_OR_RETURN(const int64_t elements, NumElements(in.shape, f + ".shape"));
+  if (in.shape[0] < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f, ".shape[0] = ", in.shape[0], ": the batch dimension must be >= 1"));
+  }
+  for (size_t d = 1; d < in.shape.size(); ++d) {
+    if (spec.shape[d] >= 0 && in.shape[d] != spec.shape[d]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f, ".shape[", d, "] = ", in.shape[d], "; the model expects ",
+          spec.shape[d], " (shape ", ShapeToString(spec.shape), ")"));
+    }
+  }
+  const int64_t item = ItemSize(in.dtype);
+  if (elements > std::numeric_limits<int64_t>::max() / item) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f, ".shape ", ShapeToString(in.shape), ": byte size overflows int64"));
+  }
+  const int64_t want = elements * item;
+  if (static_cast<int64_t>(in.data.size()) != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f, ".data has ", in.data.size(), " bytes; shape ",
+        ShapeToString(in.shape), " of ", DTypeName(in.dtype), " needs ", want));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<InputView>> ValidateInputs(
+    const std::vector<RawInput>& inputs, const std::vector<TensorSpec>& specs,
+    absl::string_view field) {
+  if (inputs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " is empty; the model expects ", SpecList(specs)));
+  }
+  std::vector<InputView> ordered(specs.size());
+  std::vector<bool> seen(specs.size(), false);
+  int64_t rows = -1;
+  std::string rows_from;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const RawInput& in = inputs[i];
+    const std::string f = absl::StrCat(field, "[", i, "] ('", in.name, "')");
+    size_t s = 0;
+    while (s < specs.size() && specs[s].name != in.name) ++s;
+    if (s == specs.size()) {
+      // A single-input model accepts an unnamed input.
+      if (in.name.empty() && specs.size() == 1) {
+        s = 0;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, "[", i, "].name '", in.name,
+            "' is not an input of the model; expected ", SpecList(specs)));
+      }
+    }
+    if (seen[s]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "[", i, "].name '", in.name, "' appears more than once"));
+    }
+    seen[s] = true;
+    RETURN_IF_ERROR(CheckOne(in, specs[s], f));
+    if (rows >= 0 && in.shape[0] != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f, ".shape[0] = ", in.shape[0], " but ", rows_from, " has ", rows,
+          " rows; every input must have the same batch dimension"));
+    }
+    rows = in.shape[0];
+    rows_from = f;
+    ordered[s] = InputView{in.dtype, in.shape, in.data};
+  }
+  for (size_t s = 0; s < specs.size(); ++s) {
+    if (!seen[s]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " lacks '", specs[s].name, "' (", DTypeName(specs[s].dtype),
+          " ", ShapeToString(specs[s].shape), ")"));
+    }
+  }
+  return ordered;
+}
+
+}  // namespace metalserve

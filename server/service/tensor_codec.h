@@ -1,0 +1,42 @@
+// Conversion between the native proto tensors and the project's tensor
+// types, and validation of a request against the model's signature.
+#ifndef METALSERVE_SERVER_SERVICE_TENSOR_CODEC_H_
+#define METALSERVE_SERVER_SERVICE_TENSOR_CODEC_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "metalserve/v1/inference.pb.h"
+#include "server/common/tensor.h"
+#include "server/service/infer_task.h"
+
+namespace metalserve {
+
+DType FromProto(metalserve::v1::DataType dtype);
+metalserve::v1::DataType ToProto(DType dtype);
+
+// A decoded, not yet validated input.
+struct RawInput {
+  std::string name;
+  DType dtype = DType::kInvalid;
+  std::string dtype_label;  // as the request spelled it, for messages
+  std::vector<int64_t> shape;
+  absl::string_view data;
+};
+
+// Checks `inputs` against `specs` and returns them in the model's input
+// order. INVALID_ARGUMENT, naming the field and the offending value, for: no
+// inputs, unknown or duplicate names, missing inputs, wrong dtype, wrong rank
+// or dimension, batch dimension < 1 or differing between inputs, negative
+// dimensions, an element count that overflows, and a byte length other than
+// product(shape) x item size. `field` prefixes field names ("inputs").
+absl::StatusOr<std::vector<InputView>> ValidateInputs(
+    const std::vector<RawInput>& inputs, const std::vector<TensorSpec>& specs,
+    absl::string_view field = "inputs");
+
+// Decodes a native PredictRequest's inputs (views into `request`).
+std::vector<RawInput> DecodeInputs(const metalserve::v1::PredictRequest& request);
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_SERVICE_TENSOR_CODEC_H_

@@ -1,0 +1,208 @@
+#include "server/batcher/batcher.h"
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/batcher/fake_task.h"
+#include "tests/testing/simulated_clock.h"
+#include "tests/testing/status_matchers.h"
+
+namespace metalserve {
+namespace {
+
+using ::metalserve::testing::IsOk;
+using ::metalserve::testing::StatusIs;
+
+// Records every batch the batcher hands over and marks its tasks as run.
+class RecordingProcessor {
+ public:
+  Batcher::ProcessFn Fn() {
+    return [this](Batch batch) {
+      {
+        absl::MutexLock l(&mu_);
+        reasons_.push_back(batch.reason);
+        rows_.push_back(batch.rows);
+      }
+      for (auto& t : batch.tasks) static_cast<FakeTask&>(*t).outcome().MarkRun();
+    };
+  }
+  int batches() {
+    absl::MutexLock l(&mu_);
+    return static_cast<int>(rows_.size());
+  }
+  std::vector<CloseReason> reasons() {
+    absl::MutexLock l(&mu_);
+    return reasons_;
+  }
+  std::vector<int64_t> rows() {
+    absl::MutexLock l(&mu_);
+    return rows_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<CloseReason> reasons_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> rows_ ABSL_GUARDED_BY(mu_);
+};
+
+BatcherOptions Opts(int64_t max_batch, absl::Duration delay, int executors = 1) {
+  BatcherOptions o;
+  o.max_batch_size = max_batch;
+  o.max_queue_delay = delay;
+  o.max_queue_size = 256;
+  o.num_executors = executors;
+  return o;
+}
+
+TEST(BatcherTest, FlushesPartialBatchWhenDelayExpiresAndNotATickBefore) {
+  SimulatedClock clock;
+  RecordingProcessor proc;
+  auto batcher = Batcher::Create(Opts(8, absl::Milliseconds(5)), &clock, proc.Fn());
+  ASSERT_THAT(batcher, IsOk());
+  auto outcome = std::make_shared<TaskOutcome>();
+  auto task = MakeTask(2, "k", absl::InfiniteFuture(), outcome);
+  ASSERT_THAT((*batcher)->Submit(&task), IsOk());
+
+  clock.BlockUntilWaiters(1);
+  clock.AdvanceTime(absl::Milliseconds(5) - absl::Nanoseconds(1));
+  // The executor has seen the new time and gone back to waiting.
+  clock.BlockUntilWaiters(1);
+  EXPECT_EQ(proc.batches(), 0);
+  EXPECT_FALSE(outcome->answered.HasBeenNotified());
+
+  clock.AdvanceTime(absl::Nanoseconds(1));
+  outcome->answered.WaitForNotification();
+  EXPECT_THAT(proc.reasons(), ::testing::ElementsAre(CloseReason::kDelayExpired));
+  EXPECT_EQ(outcome->runs.load(), 1);
+}
+
+TEST(BatcherTest, SendsFullBatchWithoutWaitingForDelay) {
+  SimulatedClock clock;
+  RecordingProcessor proc;
+  auto batcher = *Batcher::Create(Opts(4, absl::Hours(1)), &clock, proc.Fn());
+  std::vector<std::shared_ptr<TaskOutcome>> outcomes;
+  for (int i = 0; i < 4; ++i) {
+    outcomes.push_back(std::make_shared<TaskOutcome>());
+    auto t = MakeTask(1, "k", absl::InfiniteFuture(), outcomes.back());
+    ASSERT_THAT(batcher->Submit(&t), IsOk());
+  }
+  for (auto& o : outcomes) o->answered.WaitForNotification();  // time never moved
+  EXPECT_EQ(proc.rows().back(), 4);
+  EXPECT_EQ(proc.reasons().back(), CloseReason::kFull);
+}
+
+TEST(BatcherTest, ExpiresQueuedRequestAtDeadlineWithoutRunningIt) {
+  SimulatedClock clock;
+  RecordingProcessor proc;
+  auto batcher = *Batcher::Create(Opts(8, absl::Milliseconds(10)), &clock, proc.Fn());
+  auto outcome = std::make_shared<TaskOutcome>();
+  auto t = MakeTask(1, "k", clock.TimeNow() + absl::Milliseconds(3), outcome);
+  ASSERT_THAT(batcher->Submit(&t), IsOk());
+  clock.BlockUntilWaiters(1);
+  clock.AdvanceTime(absl::Milliseconds(3));
+  outcome->answered.WaitForNotification();
+  EXPECT_THAT(outcome->abort_status,
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(outcome->runs.load(), 0);
+  EXPECT_EQ(proc.batches(), 0);
+}
+
+TEST(BatcherTest, DropsCancelledRequestBeforeItRuns) {
+  SimulatedClock clock;
+  RecordingProcessor proc;
+  auto batcher = *Batcher::Create(Opts(8, absl::Milliseconds(10)), &clock, proc.Fn());
+  auto gone = std::make_shared<TaskOutcome>();
+  auto stays = std::make_shared<TaskOutcome>();
+  auto t1 = MakeTask(1, "k", absl::InfiniteFuture(), gone);
+  auto t2 = MakeTask(1, "k", absl::InfiniteFuture(), stays);
+  ASSERT_THAT(batcher->Submit(&t1), IsOk());
+  ASSERT_THAT(batcher->Submit(&t2), IsOk());
+  gone->cancelled = true;
+  clock.BlockUntilWaiters(1);
+  clock.AdvanceTime(absl::Milliseconds(10));
+  gone->answered.WaitForNotification();
+  stays->answered.WaitForNotification();
+  EXPECT_THAT(gone->abort_status, StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(gone->runs.load(), 0);
+  EXPECT_EQ(stays->runs.load(), 1);
+  EXPECT_THAT(proc.rows(), ::testing::ElementsAre(1));
+}
+
+TEST(BatcherTest, ShutdownDrainsAcceptedTasksAndRefusesNewOnes) {
+  SimulatedClock clock;
+  RecordingProcessor proc;
+  auto batcher = *Batcher::Create(Opts(8, absl::Hours(1)), &clock, proc.Fn());
+  auto outcome = std::make_shared<TaskOutcome>();
+  auto t = MakeTask(3, "k", absl::InfiniteFuture(), outcome);
+  ASSERT_THAT(batcher->Submit(&t), IsOk());
+  batcher->Shutdown();
+  EXPECT_EQ(outcome->runs.load(), 1);
+  EXPECT_THAT(proc.reasons(), ::testing::ElementsAre(CloseReason::kDraining));
+  auto late = MakeTask(1);
+  EXPECT_THAT(batcher->Submit(&late), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+// Many producers, random sizes, some deadlines and cancellations: every task
+// is answered exactly once, and no batch exceeds the limit or mixes keys.
+TEST(BatcherTest, ExactlyOnceDeliveryUnderConcurrentProducers) {
+  constexpr int kProducers = 8;
+  constexpr int kPerProducer = 400;
+  std::atomic<int> max_rows_seen{0};
+  std::atomic<int> mixed{0};
+  auto process = [&](Batch batch) {
+    int64_t rows = 0;
+    for (auto& t : batch.tasks) {
+      rows += t->rows();
+      if (t->batch_key() != batch.tasks.front()->batch_key()) mixed++;
+      static_cast<FakeTask&>(*t).outcome().MarkRun();
+    }
+    int prev = max_rows_seen.load();
+    while (rows > prev && !max_rows_seen.compare_exchange_weak(prev, rows)) {
+    }
+  };
+  BatcherOptions o = Opts(8, absl::Microseconds(200), /*executors=*/2);
+  o.max_queue_size = 64;
+  auto batcher = *Batcher::Create(o, Clock::RealClock(), process);
+
+  std::vector<std::shared_ptr<TaskOutcome>> outcomes(kProducers * kPerProducer);
+  std::atomic<int> refused{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      std::mt19937 rng(p);
+      for (int i = 0; i < kPerProducer; ++i) {
+        const int idx = p * kPerProducer + i;
+        auto outcome = std::make_shared<TaskOutcome>();
+        outcomes[idx] = outcome;
+        const absl::Time deadline =
+            rng() % 10 == 0 ? absl::Now() + absl::Microseconds(50)
+                            : absl::InfiniteFuture();
+        auto t = MakeTask(1 + rng() % 3, rng() % 2 ? "a" : "b", deadline, outcome);
+        if (rng() % 20 == 0) outcome->cancelled = true;
+        if (!batcher->Submit(&t).ok()) {
+          refused++;
+          t->Abort(absl::UnavailableError("refused"));
+        }
+      }
+    });
+  }
+  for (auto& t : producers) t.join();
+  batcher->Shutdown();
+
+  for (const auto& o : outcomes) {
+    ASSERT_EQ(o->runs.load() + o->aborts.load(), 1);
+  }
+  EXPECT_LE(max_rows_seen.load(), 8);
+  EXPECT_EQ(mixed.load(), 0);
+  EXPECT_EQ(batcher->queued_rows(), 0);
+}
+
+}  // namespace
+}  // namespace metalserve
