@@ -1,0 +1,99 @@
+// The LibTorch implementation of Runner: one TorchScript model resident on
+// MPS, CUDA or CPU. This header is torch-free; LibTorch is seen only by
+// torch_runner.cc.
+//
+// What CreateTorchRunner does before it returns (the server is not ready
+// until it has):
+//   1. reads the signature sidecar (model_signature.h);
+//   2. chooses the device (auto: mps -> cuda -> cpu; a requested device that
+//      is missing is FAILED_PRECONDITION naming it) and logs it, with whether
+//      PYTORCH_ENABLE_MPS_FALLBACK is set;
+//   3. loads the model on CPU and moves it (jit::load to MPS fails before
+//      LibTorch 2.1), casts it to the precision;
+//   4. optimizes the graph (none | freeze | full = freeze +
+//      optimize_for_inference, plus the cuDNN autotuner on CUDA) and VERIFIES
+//      the result against the plain model on seeded probe inputs for every
+//      warm-up batch size: every row within `verify_tolerance` of the output
+//      scale, the same arg-max, and each row independent of its position in
+//      the batch. A level that fails falls back to the next safer one; the
+//      active level and the reason are in ModelInfo::optimization(_reason).
+//      fp16/bf16 are compared with fp32 and the deviation is reported in the
+//      reason (no fallback for precision);
+//   5. warms up every warm-up batch size (ModelInfo::warmup_time).
+//
+// Run: inputs are checked defensively (count, dtype, rank, rows, bytes:
+// INVALID_ARGUMENT), cast on the device, forwarded under InferenceMode, and
+// outputs come back in the signature's dtype (fp32 for fp16/bf16 models).
+// A device out-of-memory empties the cache (trigger "oom") and returns
+// RESOURCE_EXHAUSTED; the caller splits the batch. A model exception is
+// INTERNAL carrying the model's message; the runner stays usable.
+//
+// Threading: on MPS one dedicated thread, owned by the runner, does all MPS
+// work (Run posts to it and waits); on CUDA each calling thread gets its own
+// pooled stream; on CPU calls run on the caller with `threads` intra-op
+// threads. Run, Memory and BetweenBatches are thread-safe.
+// Destruction joins the MPS thread; no Run may be in flight.
+#ifndef METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_H_
+#define METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/common/clock.h"
+#include "server/runtime/cache_policy.h"
+#include "server/runtime/runner.h"
+
+namespace metalserve {
+
+struct RuntimeOptions {
+  // TorchScript file. Required.
+  std::string model_path;
+  // Signature sidecar; empty means model_path with its extension replaced by
+  // ".json".
+  std::string signature_path;
+  // "auto" (mps -> cuda -> cpu), "mps", "cuda", "cuda:N" or "cpu".
+  std::string device = "auto";
+  // CPU intra-op threads (at::set_num_threads); 0 leaves LibTorch's default
+  // (Debian's LibTorch starts with one).
+  int threads = 0;
+  // "fp32", "fp16" or "bf16": the compute precision on the device. Inputs
+  // are cast on the device; outputs are returned in the signature's dtype.
+  std::string precision = "fp32";
+  // Feed 4-D float inputs in channels-last memory format.
+  bool channels_last = false;
+  // "none", "freeze", "full" or "auto" (per device: cpu and cuda try full,
+  // mps freeze; always verified, falling back as needed).
+  std::string optimize = "auto";
+  // Batch sizes to verify and warm up before returning; each > 0.
+  std::vector<int64_t> warmup_batch_sizes = {1};
+  // Largest relative deviation (max |optimized - plain| / max |plain|) an
+  // optimized graph may show and still be used. Default 1e-3.
+  double verify_tolerance = 1e-3;
+  // Also check that a row's output does not depend on its batch position.
+  bool verify_batch_invariance = true;
+
+  // Cache hygiene (see cache_policy.h). 0 / zero duration turns each off.
+  int64_t empty_cache_every = 0;           // batches
+  absl::Duration empty_cache_interval = absl::ZeroDuration();  // while idle
+  double memory_watermark = 0.0;           // fraction of the device limit
+  CacheClearCallback on_cache_clear;       // trigger, time taken
+
+  // Not owned; nullptr means Clock::RealClock(). Used for load/warm-up
+  // timing and the cache policy.
+  Clock* clock = nullptr;
+};
+
+// Loads, optimizes, verifies and warms up the model; see the file comment.
+// INVALID_ARGUMENT: bad options or a model/signature that cannot be used;
+// NOT_FOUND: missing model or signature file; FAILED_PRECONDITION: the
+// requested device is not available.
+absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(
+    const RuntimeOptions& options);
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_H_

@@ -1,0 +1,250 @@
+// CPU tests of the LibTorch runtime against the models exported by
+// models/export.py into METALSERVE_MODELS_DIR. The test itself is torch-free:
+// it sees only Runner and project tensors.
+#include "server/runtime/torch_runner.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace metalserve {
+namespace {
+
+using ::metalserve::testing::IsOk;
+using ::metalserve::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Ne;
+using ::testing::Not;
+
+std::string ModelPath(const std::string& name) {
+  return absl::StrCat(METALSERVE_MODELS_DIR, "/", name, ".pt");
+}
+
+RuntimeOptions Options(const std::string& model) {
+  RuntimeOptions o;
+  o.model_path = ModelPath(model);
+  o.device = "cpu";
+  o.threads = 2;
+  o.warmup_batch_sizes = {1, 2};
+  return o;
+}
+
+Tensor Floats(std::vector<int64_t> shape, const std::vector<float>& values) {
+  Tensor t;
+  t.name = "input";
+  t.dtype = DType::kFloat32;
+  t.shape = std::move(shape);
+  t.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return t;
+}
+
+std::vector<float> Values(const Tensor& t) {
+  std::vector<float> v(t.data.size() / sizeof(float));
+  std::memcpy(v.data(), t.data.data(), t.data.size());
+  return v;
+}
+
+// Deterministic, distinct values for an image-like input.
+std::vector<float> Ramp(int64_t n, float offset) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 37 + 11) % 101) / 101.0f + offset;
+  return v;
+}
+
+std::unique_ptr<Runner> MustCreate(const RuntimeOptions& o) {
+  auto runner = CreateTorchRunner(o);
+  EXPECT_THAT(runner, IsOk());
+  return runner.ok() ? std::move(runner).value() : nullptr;
+}
+
+TEST(TorchRunnerTest, IdentityReturnsInputExactly) {
+  auto runner = MustCreate(Options("identity"));
+  ASSERT_NE(runner, nullptr);
+  const std::vector<float> in = {1.5f, -2.25f, 3e-8f, 1e30f, 0.f, -0.f, 7.f, 8.f};
+  auto out = runner->Run({Floats({2, 4}, in)});
+  ASSERT_THAT(out, IsOk());
+  ASSERT_EQ(out->size(), 1u);
+  EXPECT_EQ((*out)[0].name, "output");
+  EXPECT_EQ((*out)[0].dtype, DType::kFloat32);
+  EXPECT_EQ((*out)[0].shape, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ((*out)[0].data, Floats({2, 4}, in).data);
+}
+
+TEST(TorchRunnerTest, ReportsSignatureDeviceAndTimes) {
+  auto runner = MustCreate(Options("tiny_cnn"));
+  ASSERT_NE(runner, nullptr);
+  const ModelInfo& info = runner->info();
+  EXPECT_EQ(info.name, "tiny_cnn");
+  EXPECT_EQ(info.version, "1");
+  EXPECT_EQ(info.device, "cpu");
+  EXPECT_EQ(info.precision, "fp32");
+  EXPECT_FALSE(info.torch_version.empty());
+  ASSERT_EQ(info.inputs.size(), 1u);
+  EXPECT_EQ(info.inputs[0].shape, (std::vector<int64_t>{-1, 3, 8, 8}));
+  EXPECT_EQ(info.outputs[0].shape, (std::vector<int64_t>{-1, 10}));
+  EXPECT_GT(info.load_time, absl::ZeroDuration());
+  EXPECT_GT(info.warmup_time, absl::ZeroDuration());
+}
+
+TEST(TorchRunnerTest, PoisonIsInternalWithModelMessageAndNextRunSucceeds) {
+  auto runner = MustCreate(Options("poison"));
+  ASSERT_NE(runner, nullptr);
+  EXPECT_THAT(runner->Run({Floats({2, 4}, {1, 2, 3, 4, 5, -777, 7, 8})}),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("poison: input contains the marker value -777")));
+  auto out = runner->Run({Floats({1, 4}, {1, 2, 3, 4})});
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(Values((*out)[0]), (std::vector<float>{2, 4, 6, 8}));
+}
+
+TEST(TorchRunnerTest, RowsDoNotDependOnBatchPosition) {
+  auto runner = MustCreate(Options("tiny_cnn"));
+  ASSERT_NE(runner, nullptr);
+  const int64_t row = 3 * 8 * 8;
+  std::vector<float> batch;
+  for (int r = 0; r < 3; ++r) {
+    const auto v = Ramp(row, static_cast<float>(r));
+    batch.insert(batch.end(), v.begin(), v.end());
+  }
+  auto all = runner->Run({Floats({3, 3, 8, 8}, batch)});
+  ASSERT_THAT(all, IsOk());
+  ASSERT_EQ((*all)[0].shape, (std::vector<int64_t>{3, 10}));
+  const std::vector<float> got = Values((*all)[0]);
+  for (int r = 0; r < 3; ++r) {
+    auto alone = runner->Run({Floats({1, 3, 8, 8}, Ramp(row, static_cast<float>(r)))});
+    ASSERT_THAT(alone, IsOk());
+    const std::vector<float> want = Values((*alone)[0]);
+    for (int k = 0; k < 10; ++k) {
+      EXPECT_NEAR(got[r * 10 + k], want[k], 1e-5f) << "row " << r << " logit " << k;
+    }
+  }
+  // Rows differ, so the model is not trivially constant.
+  EXPECT_NE(std::vector<float>(got.begin(), got.begin() + 10),
+            std::vector<float>(got.begin() + 10, got.begin() + 20));
+}
+
+TEST(TorchRunnerTest, WrongDtypeRankRowsOrBytesAreInvalidArgument) {
+  auto runner = MustCreate(Options("identity"));
+  ASSERT_NE(runner, nullptr);
+  Tensor ints = Floats({1, 4}, {1, 2, 3, 4});
+  ints.dtype = DType::kInt32;
+  EXPECT_THAT(runner->Run({ints}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("int32")));
+  EXPECT_THAT(runner->Run({Floats({4}, {1, 2, 3, 4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank")));
+  EXPECT_THAT(runner->Run({Floats({2, 4}, {1, 2, 3, 4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bytes")));
+  EXPECT_THAT(runner->Run({}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(runner->Run({Floats({1, 4}, {1, 2, 3, 4})}), IsOk());
+}
+
+TEST(TorchRunnerTest, MissingCudaFailsWithClearMessage) {
+  RuntimeOptions o = Options("identity");
+  o.device = "cuda";
+  EXPECT_THAT(CreateTorchRunner(o),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("cuda"), HasSubstr("not available"))));
+  o.device = "cuda:3";
+  EXPECT_THAT(CreateTorchRunner(o), StatusIs(absl::StatusCode::kFailedPrecondition));
+  o.device = "mps";
+  EXPECT_THAT(CreateTorchRunner(o),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("mps")));
+  o.device = "tpu";
+  EXPECT_THAT(CreateTorchRunner(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tpu")));
+}
+
+TEST(TorchRunnerTest, AutoDeviceFallsBackToCpuHere) {
+  RuntimeOptions o = Options("identity");
+  o.device = "auto";
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->info().device, "cpu");
+}
+
+TEST(TorchRunnerTest, BadOptionsAndMissingFilesAreRejected) {
+  RuntimeOptions o = Options("identity");
+  o.precision = "fp8";
+  EXPECT_THAT(CreateTorchRunner(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fp8")));
+  o = Options("identity");
+  o.optimize = "max";
+  EXPECT_THAT(CreateTorchRunner(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max")));
+  o = Options("identity");
+  o.warmup_batch_sizes = {1, 0};
+  EXPECT_THAT(CreateTorchRunner(o), StatusIs(absl::StatusCode::kInvalidArgument));
+  o = Options("no_such_model");
+  EXPECT_THAT(CreateTorchRunner(o), StatusIs(absl::StatusCode::kNotFound));
+  o = Options("identity");
+  o.signature_path = "/nonexistent.json";
+  EXPECT_THAT(CreateTorchRunner(o), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(TorchRunnerTest, CpuMemoryReportsResidentOnlyAndCacheClearingIsNoOp) {
+  RuntimeOptions o = Options("identity");
+  int clears = 0;
+  o.empty_cache_every = 1;
+  o.on_cache_clear = [&](absl::string_view, absl::Duration) { ++clears; };
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  const MemoryStats m = runner->Memory();
+  EXPECT_GT(m.resident_bytes, 0);
+  EXPECT_EQ(m.allocated_bytes, -1);
+  EXPECT_EQ(m.reserved_bytes, -1);
+  EXPECT_EQ(m.limit_bytes, -1);
+  runner->BetweenBatches(true);
+  runner->BetweenBatches(false);
+  EXPECT_EQ(clears, 0);
+}
+
+TEST(TorchRunnerTest, Bf16IsComparedWithFp32AndReturnsFloat32) {
+  RuntimeOptions o = Options("tiny_cnn");
+  o.precision = "bf16";
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->info().precision, "bf16");
+  EXPECT_THAT(runner->info().optimization_reason, HasSubstr("bf16 vs fp32"));
+  auto out = runner->Run({Floats({1, 3, 8, 8}, Ramp(3 * 8 * 8, 0))});
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ((*out)[0].dtype, DType::kFloat32);
+  EXPECT_EQ((*out)[0].data.size(), 10 * sizeof(float));
+}
+
+// LibTorch 1.13's optimize_for_inference breaks mobilenet_v3_small (rows
+// depend on their batch position); verification must catch it.
+TEST(TorchRunnerOptimizeTest, FullOnMobilenetV3SmallFallsBackWithReason) {
+  RuntimeOptions o = Options("mobilenet_v3_small");
+  o.optimize = "full";
+  o.warmup_batch_sizes = {4};
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_THAT(runner->info().optimization, Ne("full"));
+  EXPECT_THAT(runner->info().optimization_reason, HasSubstr("full rejected"));
+}
+
+TEST(TorchRunnerOptimizeTest, FullOnSafeModelsIsVerified) {
+  for (const char* model : {"resnet18", "mobilenet_v2"}) {
+    RuntimeOptions o = Options(model);
+    o.optimize = "full";
+    auto runner = MustCreate(o);
+    ASSERT_NE(runner, nullptr);
+    EXPECT_THAT(runner->info().optimization, Not("none")) << model;
+    EXPECT_THAT(runner->info().optimization_reason, HasSubstr("verified")) << model;
+  }
+}
+
+TEST(TorchRunnerOptimizeTest, NoneIsServedAsRequested) {
+  RuntimeOptions o = Options("tiny_cnn");
+  o.optimize = "none";
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->info().optimization, "none");
+}
+
+}  // namespace
+}  // namespace metalserve
