@@ -130,14 +130,14 @@ class MonitorCollectable final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     const MonitorSnapshot s = monitor_->Snapshot();
     std::vector<prometheus::MetricFamily> families;
-    prometheus::MetricFamily latency{
-        "metalserve_monitor_latency_seconds",
-        "Request latency quantiles over the rolling monitor window.",
-        prometheus::MetricType::Gauge,
-        {}};
-    latency.metric.push_back(GaugeMetric(s.p50_seconds, "0.5"));
-    latency.metric.push_back(GaugeMetric(s.p95_seconds, "0.95"));
-    families.push_back(std::move(latency));
+    families.push_back(Single("metalserve_monitor_latency_p50_seconds",
+                              "Median request latency over the rolling "
+                              "monitor window.",
+                              s.p50_seconds));
+    families.push_back(Single("metalserve_monitor_latency_p95_seconds",
+                              "95th percentile request latency over the "
+                              "rolling monitor window.",
+                              s.p95_seconds));
     families.push_back(Single("metalserve_monitor_latency_mean_seconds",
                               "Mean request latency over the rolling monitor "
                               "window.",
@@ -154,17 +154,11 @@ class MonitorCollectable final : public prometheus::Collectable {
   }
 
  private:
-  static prometheus::ClientMetric GaugeMetric(double value,
-                                              const char* quantile) {
-    prometheus::ClientMetric m;
-    if (quantile != nullptr) m.label.push_back({"quantile", quantile});
-    m.gauge.value = value;
-    return m;
-  }
   static prometheus::MetricFamily Single(const char* name, const char* help,
                                          double value) {
-    return {name, help, prometheus::MetricType::Gauge,
-            {GaugeMetric(value, nullptr)}};
+    prometheus::ClientMetric metric;
+    metric.gauge.value = value;
+    return {name, help, prometheus::MetricType::Gauge, {metric}};
   }
 
   const RollingMonitor* const monitor_;
@@ -180,6 +174,11 @@ absl::Status ValidateOptions(const MetricsOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("monitor_log_interval must not be negative, got ",
                      absl::FormatDuration(options.monitor_log_interval)));
+  }
+  if (options.queue_capacity_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue_capacity_rows must not be negative, got ",
+                     options.queue_capacity_rows));
   }
   if (options.listen_address.empty()) return absl::OkStatus();
   const size_t colon = options.listen_address.rfind(':');
@@ -400,7 +399,16 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
                  .Name("metalserve_ready")
                  .Help("1 when the server accepts Predict calls, else 0.")
                  .Register(*registry_)
-                 .Add({})) {}
+                 .Add({})) {
+  if (options.queue_capacity_rows > 0) {
+    prometheus::BuildGauge()
+        .Name("metalserve_queue_capacity_rows")
+        .Help("Rows the batcher queue holds before refusing requests.")
+        .Register(*registry_)
+        .Add({})
+        .Set(static_cast<double>(options.queue_capacity_rows));
+  }
+}
 
 MetricsImpl::~MetricsImpl() {
   exposer_.reset();

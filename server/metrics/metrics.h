@@ -10,6 +10,7 @@
 //   batch_padding_rows_total               counter
 //   batches_total{reason}                  counter, why each batch closed
 //   queue_depth_rows, inflight_requests    gauges
+//   queue_capacity_rows                    gauge, when the options give it
 //   device_memory_bytes{kind}              gauge: allocated | reserved | limit
 //   process_resident_memory_bytes          gauge
 //   cache_clears_total{trigger}            counter
@@ -17,10 +18,12 @@
 //   model_load_duration_seconds, model_warmup_duration_seconds  gauges
 //   build_info{version,torch_version,device,model}  gauge = 1
 //   ready                                  gauge 0/1
-//   monitor_latency_seconds{quantile="0.5"|"0.95"}, monitor_latency_mean_seconds,
-//   monitor_error_ratio, monitor_window_requests
-//                                          gauges over the rolling window,
-//                                          computed when scraped
+//   monitor_latency_p50_seconds, monitor_latency_p95_seconds,
+//   monitor_latency_mean_seconds, monitor_error_ratio,
+//   monitor_window_requests                gauges over the rolling window,
+//                                          computed when scraped (separate
+//                                          gauges: a "quantile" label is
+//                                          reserved for summaries)
 //
 // Label values are bounded: methods "Predict" and "GetModelMetadata", every
 // gRPC code, batch reasons "full" and "delay_expired", and cache triggers
@@ -58,7 +61,13 @@ struct MonitorSnapshot {
 struct MetricsOptions {
   // host:port of the /metrics HTTP listener. Empty: no listener; metrics are
   // still recorded and readable with Metrics::Scrape(). Port 0 picks one.
-  std::string listen_address = "127.0.0.1:9090";
+  // Loopback by default; 9464 rather than 9090, which a Prometheus server on
+  // the same host listens on by default.
+  std::string listen_address = "127.0.0.1:9464";
+  // Capacity of the batcher queue, in rows, exported as
+  // queue_capacity_rows so that saturation (depth / capacity) can be
+  // alerted on. Zero: unknown, the gauge is not exported.
+  int64_t queue_capacity_rows = 0;
   // Rolling monitor window, in requests. Default 100.
   int64_t monitor_window = 100;
   // How often the monitor logs p50/p95/mean/error rate. Zero: never.

@@ -1,0 +1,553 @@
+#include "server/metrics/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/metrics/monitor.h"
+#include "tests/testing/simulated_clock.h"
+#include "tests/testing/status_matchers.h"
+
+namespace metalserve {
+namespace {
+
+using ::metalserve::testing::IsOk;
+using ::metalserve::testing::StatusIs;
+using ::testing::DoubleNear;
+using ::testing::Eq;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::Optional;
+
+// Value of the sample named exactly `series` (name plus labels, as the text
+// format writes them) in a scrape; nullopt when the series is absent.
+std::optional<double> Sample(const std::string& scrape,
+                             absl::string_view series) {
+  const std::string prefix = absl::StrCat(series, " ");
+  for (absl::string_view line : absl::StrSplit(scrape, '\n')) {
+    if (!absl::StartsWith(line, prefix)) continue;
+    double value;
+    if (absl::SimpleAtod(line.substr(prefix.size()), &value)) return value;
+  }
+  return std::nullopt;
+}
+
+MetricsOptions NoListener() {
+  MetricsOptions options;
+  options.listen_address = "";
+  options.monitor_log_interval = absl::ZeroDuration();
+  return options;
+}
+
+std::unique_ptr<Metrics> MakeMetrics(MetricsOptions options = NoListener()) {
+  auto metrics = Metrics::Create(options);
+  EXPECT_THAT(metrics, IsOk());
+  return metrics.ok() ? *std::move(metrics) : nullptr;
+}
+
+TEST(MetricsTest, CountsEveryOutcomePerMethodAndCode) {
+  auto metrics = MakeMetrics();
+  for (int i = 0; i < 3; ++i) {
+    metrics->RequestFinished("Predict", absl::StatusCode::kOk,
+                             absl::Milliseconds(1));
+  }
+  for (int i = 0; i < 2; ++i) {
+    metrics->RequestFinished("Predict", absl::StatusCode::kInvalidArgument,
+                             absl::Milliseconds(1));
+  }
+  metrics->RequestFinished("Predict", absl::StatusCode::kDeadlineExceeded,
+                           absl::Milliseconds(1));
+  metrics->RequestFinished("GetModelMetadata", absl::StatusCode::kOk,
+                           absl::Milliseconds(1));
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(
+      Sample(s, R"(metalserve_requests_total{code="OK",method="Predict"})"),
+      Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, R"(metalserve_requests_total{code="INVALID_ARGUMENT",method="Predict"})"),
+              Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, R"(metalserve_requests_total{code="DEADLINE_EXCEEDED",method="Predict"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, R"(metalserve_requests_total{code="OK",method="GetModelMetadata"})"),
+              Optional(Eq(1)));
+}
+
+TEST(MetricsTest, PreCreatesEveryCodeForKnownMethodsAtZero) {
+  auto metrics = MakeMetrics();
+  const std::string s = metrics->Scrape();
+  for (absl::string_view code :
+       {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+        "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "UNAUTHENTICATED"}) {
+    for (absl::string_view method : {"Predict", "GetModelMetadata"}) {
+      EXPECT_THAT(Sample(s, absl::StrCat("metalserve_requests_total{code=\"",
+                                         code, "\",method=\"", method, "\"}")),
+                  Optional(Eq(0)))
+          << code << " " << method;
+    }
+  }
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="full"})"),
+              Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, R"(metalserve_cache_clears_total{trigger="oom"})"),
+              Optional(Eq(0)));
+}
+
+TEST(MetricsTest, RequestDurationHistogramCountsSumsAndBuckets) {
+  auto metrics = MakeMetrics();
+  for (absl::Duration d : {absl::Microseconds(50), absl::Milliseconds(1),
+                           absl::Milliseconds(3), absl::Seconds(20)}) {
+    metrics->RequestFinished("Predict", absl::StatusCode::kOk, d);
+  }
+  const std::string s = metrics->Scrape();
+  const std::string h = "metalserve_request_duration_seconds";
+  EXPECT_THAT(Sample(s, h + R"(_count{method="Predict"})"), Optional(Eq(4)));
+  EXPECT_THAT(Sample(s, h + R"(_sum{method="Predict"})"),
+              Optional(DoubleNear(20.00405, 1e-9)));
+  EXPECT_THAT(Sample(s, h + R"(_bucket{method="Predict",le="0.0001"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, h + R"(_bucket{method="Predict",le="0.001"})"),
+              Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, h + R"(_bucket{method="Predict",le="0.005"})"),
+              Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, h + R"(_bucket{method="Predict",le="10"})"),
+              Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, h + R"(_bucket{method="Predict",le="+Inf"})"),
+              Optional(Eq(4)));
+  EXPECT_THAT(Sample(s, h + R"(_count{method="GetModelMetadata"})"),
+              Optional(Eq(0)));
+}
+
+TEST(MetricsTest, InflightIsStartedMinusFinished) {
+  auto metrics = MakeMetrics();
+  metrics->RequestStarted("Predict");
+  metrics->RequestStarted("Predict");
+  metrics->RequestStarted("GetModelMetadata");
+  metrics->RequestFinished("Predict", absl::StatusCode::kUnavailable,
+                           absl::Milliseconds(1));
+  EXPECT_THAT(Sample(metrics->Scrape(), "metalserve_inflight_requests"),
+              Optional(Eq(2)));
+}
+
+TEST(MetricsTest, RecordsQueueWaitAndBatches) {
+  auto metrics = MakeMetrics();
+  metrics->QueueWait(absl::Milliseconds(2));
+  metrics->QueueWait(absl::Milliseconds(4));
+  metrics->BatchCompleted(6, 2, "full", absl::Milliseconds(10));
+  metrics->BatchCompleted(3, 1, "delay_expired", absl::Milliseconds(30));
+  metrics->BatchCompleted(8, 0, "full", absl::Milliseconds(20));
+  metrics->SetQueueDepth(12);
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, "metalserve_queue_duration_seconds_count"),
+              Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, "metalserve_queue_duration_seconds_sum"),
+              Optional(DoubleNear(0.006, 1e-12)));
+  EXPECT_THAT(Sample(s, "metalserve_compute_duration_seconds_count"),
+              Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, "metalserve_compute_duration_seconds_sum"),
+              Optional(DoubleNear(0.06, 1e-12)));
+  EXPECT_THAT(Sample(s, "metalserve_batch_size_rows_count"), Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, "metalserve_batch_size_rows_sum"), Optional(Eq(17)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batch_size_rows_bucket{le="4"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batch_size_rows_bucket{le="8"})"),
+              Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, "metalserve_batch_padding_rows_total"),
+              Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="full"})"),
+              Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="delay_expired"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, "metalserve_queue_depth_rows"), Optional(Eq(12)));
+}
+
+TEST(MetricsTest, LearnsNewLabelValuesUpToABoundThenCountsThemAsOther) {
+  auto metrics = MakeMetrics();
+  for (int i = 0; i < 20; ++i) {
+    metrics->BatchCompleted(1, 0, absl::StrCat("reason", i),
+                            absl::Milliseconds(1));
+  }
+  metrics->BatchCompleted(1, 0, "reason3", absl::Milliseconds(1));
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason0"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason3"})"),
+              Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason14"})"),
+              Optional(Eq(1)));
+  // 16 learned values, reason0..reason15; the next four share "other".
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason15"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason16"})"),
+              Eq(std::nullopt));
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="other"})"),
+              Optional(Eq(4)));
+}
+
+TEST(MetricsTest, UnknownMethodGetsItsOwnSeriesWithAllCodes) {
+  auto metrics = MakeMetrics();
+  metrics->RequestFinished("ModelInfer", absl::StatusCode::kInternal,
+                           absl::Milliseconds(1));
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_requests_total{code="INTERNAL",method="ModelInfer"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, R"(metalserve_requests_total{code="OK",method="ModelInfer"})"),
+              Optional(Eq(0)));
+}
+
+TEST(MetricsTest, MemoryFiguresAppearOnlyWhenReported) {
+  auto metrics = MakeMetrics();
+  MemoryFigures memory;
+  memory.allocated_bytes = 1000;
+  memory.limit_bytes = 4000;
+  metrics->SetMemory(memory);
+  std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="allocated"})"),
+              Optional(Eq(1000)));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="limit"})"),
+              Optional(Eq(4000)));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="reserved"})"),
+              Eq(std::nullopt));
+  EXPECT_THAT(Sample(s, "metalserve_process_resident_memory_bytes"),
+              Eq(std::nullopt));
+
+  memory.allocated_bytes = -1;
+  memory.reserved_bytes = 2000;
+  memory.resident_bytes = 5000;
+  metrics->SetMemory(memory);
+  s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="allocated"})"),
+              Eq(std::nullopt));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="reserved"})"),
+              Optional(Eq(2000)));
+  EXPECT_THAT(Sample(s, "metalserve_process_resident_memory_bytes"),
+              Optional(Eq(5000)));
+}
+
+TEST(MetricsTest, RecordsCacheClearsModelTimesBuildInfoAndReadiness) {
+  auto metrics = MakeMetrics();
+  metrics->CacheCleared("watermark", absl::Milliseconds(5));
+  metrics->CacheCleared("watermark", absl::Milliseconds(7));
+  metrics->SetModelTimes(absl::Milliseconds(1500), absl::Milliseconds(250));
+  metrics->SetBuildInfo("0.0.1", "1.13.0", "cpu", "old");
+  metrics->SetBuildInfo("0.1.0", "1.13.0", "cpu", "tiny_cnn");
+  EXPECT_THAT(Sample(metrics->Scrape(), "metalserve_ready"), Optional(Eq(0)));
+  metrics->SetReady(true);
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_cache_clears_total{trigger="watermark"})"),
+              Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, R"(metalserve_cache_clear_duration_seconds_sum{trigger="watermark"})"),
+              Optional(DoubleNear(0.012, 1e-12)));
+  EXPECT_THAT(Sample(s, "metalserve_model_load_duration_seconds"),
+              Optional(Eq(1.5)));
+  EXPECT_THAT(Sample(s, "metalserve_model_warmup_duration_seconds"),
+              Optional(Eq(0.25)));
+  EXPECT_THAT(Sample(s, R"(metalserve_build_info{device="cpu",model="tiny_cnn",torch_version="1.13.0",version="0.1.0"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(s, Not(HasSubstr(R"(model="old")")));
+  EXPECT_THAT(Sample(s, "metalserve_ready"), Optional(Eq(1)));
+}
+
+TEST(RollingMonitorTest, EmptyWindowReportsZeros) {
+  RollingMonitor monitor(10);
+  const MonitorSnapshot s = monitor.Snapshot();
+  EXPECT_EQ(s.count, 0);
+  EXPECT_EQ(s.p50_seconds, 0);
+  EXPECT_EQ(s.p95_seconds, 0);
+  EXPECT_EQ(s.mean_seconds, 0);
+  EXPECT_EQ(s.error_ratio, 0);
+}
+
+TEST(RollingMonitorTest, NearestRankQuantilesMeanAndErrorRatio) {
+  RollingMonitor monitor(100);
+  // 1..100 ms in a shuffled order; every 20th request fails.
+  for (int i = 0; i < 100; ++i) {
+    const int ms = 1 + (i * 37) % 100;
+    monitor.Record(absl::Milliseconds(ms), ms % 20 == 0);
+  }
+  const MonitorSnapshot s = monitor.Snapshot();
+  EXPECT_EQ(s.count, 100);
+  EXPECT_DOUBLE_EQ(s.p50_seconds, 0.050);
+  EXPECT_DOUBLE_EQ(s.p95_seconds, 0.095);
+  EXPECT_NEAR(s.mean_seconds, 0.0505, 1e-12);
+  EXPECT_DOUBLE_EQ(s.error_ratio, 0.05);
+}
+
+TEST(RollingMonitorTest, WindowForgetsTheOldestRequests) {
+  RollingMonitor monitor(4);
+  monitor.Record(absl::Seconds(100), true);
+  monitor.Record(absl::Seconds(100), true);
+  for (int ms : {10, 20, 30, 40}) {
+    monitor.Record(absl::Milliseconds(ms), false);
+  }
+  const MonitorSnapshot s = monitor.Snapshot();
+  EXPECT_EQ(s.count, 4);
+  EXPECT_DOUBLE_EQ(s.p50_seconds, 0.020);
+  EXPECT_DOUBLE_EQ(s.p95_seconds, 0.040);
+  EXPECT_NEAR(s.mean_seconds, 0.025, 1e-12);
+  EXPECT_EQ(s.error_ratio, 0);
+}
+
+TEST(MetricsTest, MonitorCountsAnyNonOkCodeAsErrorAndExportsGauges) {
+  MetricsOptions options = NoListener();
+  options.monitor_window = 4;
+  auto metrics = MakeMetrics(options);
+  metrics->RequestFinished("Predict", absl::StatusCode::kOk,
+                           absl::Milliseconds(10));
+  metrics->RequestFinished("Predict", absl::StatusCode::kCancelled,
+                           absl::Milliseconds(20));
+  metrics->RequestFinished("Predict", absl::StatusCode::kDeadlineExceeded,
+                           absl::Milliseconds(30));
+  metrics->RequestFinished("GetModelMetadata", absl::StatusCode::kOk,
+                           absl::Milliseconds(40));
+  const MonitorSnapshot m = metrics->Monitor();
+  EXPECT_EQ(m.count, 4);
+  EXPECT_DOUBLE_EQ(m.error_ratio, 0.5);
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, "metalserve_monitor_latency_p50_seconds"),
+              Optional(DoubleNear(0.020, 1e-12)));
+  EXPECT_THAT(Sample(s, "metalserve_monitor_latency_p95_seconds"),
+              Optional(DoubleNear(0.040, 1e-12)));
+  EXPECT_THAT(Sample(s, "metalserve_monitor_latency_mean_seconds"),
+              Optional(DoubleNear(0.025, 1e-12)));
+  EXPECT_THAT(Sample(s, "metalserve_monitor_error_ratio"), Optional(Eq(0.5)));
+  EXPECT_THAT(Sample(s, "metalserve_monitor_window_requests"),
+              Optional(Eq(4)));
+}
+
+TEST(MetricsTest, ConcurrentRecordingLosesNoEvents) {
+  auto metrics = MakeMetrics();
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&metrics, t] {
+      const std::string reason = absl::StrCat("r", t);
+      for (int i = 0; i < kPerThread; ++i) {
+        metrics->RequestStarted("Predict");
+        metrics->QueueWait(absl::Microseconds(100));
+        metrics->BatchCompleted(1, 0, reason, absl::Microseconds(100));
+        metrics->RequestFinished("Predict", absl::StatusCode::kOk,
+                                 absl::Microseconds(200));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(
+      Sample(s, R"(metalserve_requests_total{code="OK",method="Predict"})"),
+      Optional(Eq(kThreads * kPerThread)));
+  EXPECT_THAT(Sample(s, "metalserve_queue_duration_seconds_count"),
+              Optional(Eq(kThreads * kPerThread)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="r3"})"),
+              Optional(Eq(kPerThread)));
+  EXPECT_THAT(Sample(s, "metalserve_inflight_requests"), Optional(Eq(0)));
+}
+
+TEST(MetricsTest, RejectsInvalidOptions) {
+  MetricsOptions options = NoListener();
+  options.monitor_window = 0;
+  EXPECT_THAT(Metrics::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("monitor_window")));
+  options = NoListener();
+  options.listen_address = "localhost";
+  EXPECT_THAT(Metrics::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"localhost\"")));
+  options.listen_address = "127.0.0.1:99999";
+  EXPECT_THAT(Metrics::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(MetricsTest, EmptyListenAddressStartsNoListenerButScrapes) {
+  auto metrics = MakeMetrics();
+  EXPECT_EQ(metrics->port(), 0);
+  metrics->RequestFinished("Predict", absl::StatusCode::kOk,
+                           absl::Milliseconds(1));
+  EXPECT_THAT(metrics->Scrape(), HasSubstr("metalserve_requests_total"));
+}
+
+// A loopback TCP socket, closed on destruction.
+class Socket {
+ public:
+  Socket() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    // Bounds every read and write of the HTTP test.
+    timeval timeout{10, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  }
+  ~Socket() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int fd() const { return fd_; }
+
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return addr;
+  }
+
+ private:
+  const int fd_;
+};
+
+TEST(MetricsTest, PortAlreadyListenedOnIsUnavailableNamingTheAddress) {
+  Socket taken;
+  ASSERT_GE(taken.fd(), 0);
+  sockaddr_in addr = Socket::Loopback(0);
+  ASSERT_EQ(bind(taken.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0);
+  ASSERT_EQ(listen(taken.fd(), 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(taken.fd(), reinterpret_cast<sockaddr*>(&addr), &len),
+            0);
+  const std::string address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+
+  MetricsOptions options = NoListener();
+  options.listen_address = address;
+  EXPECT_THAT(Metrics::Create(options),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(address)));
+}
+
+// GET `path` from 127.0.0.1:`port` with HTTP/1.0; the whole response.
+std::string HttpGet(int port, absl::string_view path) {
+  Socket s;
+  sockaddr_in addr = Socket::Loopback(port);
+  if (connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return "connect failed";
+  }
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  if (send(s.fd(), request.data(), request.size(), 0) !=
+      static_cast<ssize_t>(request.size())) {
+    return "send failed";
+  }
+  // Reads until the body is complete: the server may keep the connection
+  // open after it, so end-of-stream alone would wait for its idle timeout.
+  std::string response;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(s.fd(), buffer, sizeof(buffer), 0)) > 0) {
+    response.append(buffer, static_cast<size_t>(n));
+    const size_t header_end = response.find("\r\n\r\n");
+    if (header_end == std::string::npos) continue;
+    const size_t length_at = response.find("Content-Length: ");
+    size_t length = 0;
+    if (length_at == std::string::npos || length_at > header_end ||
+        !absl::SimpleAtoi(
+            absl::string_view(response).substr(
+                length_at + 16, response.find("\r\n", length_at) -
+                                    (length_at + 16)),
+            &length)) {
+      continue;
+    }
+    if (response.size() >= header_end + 4 + length) break;
+  }
+  return response;
+}
+
+TEST(MetricsTest, ServesEveryFamilyOverHttpOnAnEphemeralPort) {
+  MetricsOptions options = NoListener();
+  options.listen_address = "127.0.0.1:0";
+  auto metrics = MakeMetrics(options);
+  ASSERT_GT(metrics->port(), 0);
+  metrics->RequestFinished("Predict", absl::StatusCode::kOk,
+                           absl::Milliseconds(3));
+  const std::string response = HttpGet(metrics->port(), "/metrics");
+  EXPECT_THAT(response, HasSubstr(" 200 "));
+  EXPECT_THAT(response,
+              HasSubstr(R"(metalserve_requests_total{code="OK",method="Predict"} 1)"));
+  for (absl::string_view family :
+       {"metalserve_request_duration_seconds", "metalserve_queue_depth_rows",
+        "metalserve_batches_total", "metalserve_monitor_error_ratio",
+        "metalserve_monitor_latency_p95_seconds", "metalserve_ready"}) {
+    EXPECT_THAT(response, HasSubstr(absl::StrCat("# TYPE ", family)));
+  }
+}
+
+// Counts the monitor's periodic log callbacks; lets a test wait for them.
+class LogCounter {
+ public:
+  void Add(const MonitorSnapshot& s) {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    last_ = s;
+  }
+  // Blocks until at least `n` callbacks happened; returns the last figures.
+  MonitorSnapshot WaitFor(int n) {
+    absl::MutexLock lock(&mu_);
+    auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return calls_ >= n;
+    };
+    mu_.Await(absl::Condition(&reached));
+    return last_;
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  MonitorSnapshot last_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(MetricsTest, LogsTheMonitorOncePerIntervalOfClockTime) {
+  SimulatedClock clock;
+  LogCounter logs;
+  MetricsOptions options = NoListener();
+  options.clock = &clock;
+  options.monitor_log_interval = absl::Seconds(60);
+  options.on_monitor_log = [&logs](const MonitorSnapshot& s) { logs.Add(s); };
+  auto metrics = MakeMetrics(options);
+  metrics->RequestFinished("Predict", absl::StatusCode::kOk,
+                           absl::Milliseconds(10));
+  metrics->RequestFinished("Predict", absl::StatusCode::kInternal,
+                           absl::Milliseconds(30));
+
+  clock.BlockUntilWaiters(1);
+  clock.AdvanceTime(absl::Seconds(59));
+  clock.BlockUntilWaiters(1);  // waiting again at t=59s, without logging
+  EXPECT_EQ(logs.calls(), 0);
+
+  clock.AdvanceTime(absl::Seconds(1));
+  const MonitorSnapshot first = logs.WaitFor(1);
+  EXPECT_EQ(first.count, 2);
+  EXPECT_DOUBLE_EQ(first.error_ratio, 0.5);
+
+  clock.BlockUntilWaiters(1);
+  clock.AdvanceTime(absl::Seconds(59));
+  clock.BlockUntilWaiters(1);
+  EXPECT_EQ(logs.calls(), 1);
+  clock.AdvanceTime(absl::Seconds(1));
+  logs.WaitFor(2);
+}
+
+TEST(MetricsTest, DestructionStopsTheLogThreadWithoutClockTime) {
+  SimulatedClock clock;
+  MetricsOptions options = NoListener();
+  options.clock = &clock;
+  options.monitor_log_interval = absl::Seconds(60);
+  auto metrics = MakeMetrics(options);
+  clock.BlockUntilWaiters(1);
+  metrics.reset();  // joins; would hang if the thread waited for the clock
+  EXPECT_EQ(clock.waiters(), 0);
+}
+
+}  // namespace
+}  // namespace metalserve
