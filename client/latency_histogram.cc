@@ -13,7 +13,7 @@ namespace {
 constexpr int kSubBits = 7;
 constexpr int64_t kSubCount = int64_t{1} << kSubBits;    // 128
 constexpr int64_t kExactLimit = int64_t{1} << (kSubBits + 1);  // 256
-constexpr int kMaxMagnitude = 40;  // log2(kMaxTrackable)
+constexpr int kMaxMagnitude = 40;  // log2(kMaxTrackable) - 1
 
 }  // namespace
 

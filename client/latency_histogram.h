@@ -5,7 +5,7 @@
 // equal sub-buckets, so a bucket is never wider than 1/128 of its lower
 // bound. Percentiles report the bucket midpoint (clamped to the recorded
 // min/max), whose relative error is at most 1/256 (0.4%), well inside the
-// 1% the report promises. Values above kMaxTrackable (about 18 minutes)
+// 1% the report promises. Values above kMaxTrackable (about 36 minutes)
 // are counted in the last bucket; Max() stays exact.
 //
 // Mean and standard deviation come from exact running sums, not buckets.
@@ -26,8 +26,8 @@ namespace metalserve::client {
 
 class LatencyHistogram {
  public:
-  // Largest value with its own bucket: 2^40 ns (about 18.3 minutes).
-  static constexpr int64_t kMaxTrackable = int64_t{1} << 40;
+  // Values from here up share the last bucket: 2^41 ns (about 36 minutes).
+  static constexpr int64_t kMaxTrackable = int64_t{1} << 41;
 
   LatencyHistogram();
 

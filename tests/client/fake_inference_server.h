@@ -1,0 +1,73 @@
+// FakeInferenceServer: an in-process metalserve.v1.Inference server on
+// 127.0.0.1 with a known per-request delay, for load-generator tests and the
+// client benchmark.
+//
+// Predict never blocks a gRPC thread: the handler queues the reactor on a
+// timer thread that finishes it when its delay is over (delay 0 finishes
+// inline). Optional behaviours: every `fail_every`-th request, or any
+// request whose model_name is kFailMarker, fails with INVALID_ARGUMENT; the
+// `stall_at_request`-th request opens a stall window during which nothing
+// finishes before the window closes. Responses carry queue_time_us =
+// kQueueTimeUs, compute_time_us = the delay and batch_rows = the request's
+// first input rows. GetModelMetadata describes one float32 input "input" of
+// shape [-1, 4].
+//
+// Ownership: owns the gRPC server and the timer thread. Thread-safety: all
+// methods are thread-safe. The destructor shuts the server down (pending
+// calls still finish on schedule) and joins the timer thread.
+#ifndef METALSERVE_TESTS_CLIENT_FAKE_INFERENCE_SERVER_H_
+#define METALSERVE_TESTS_CLIENT_FAKE_INFERENCE_SERVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+
+namespace metalserve::testing {
+
+struct FakeServerOptions {
+  absl::Duration delay = absl::Milliseconds(2);
+  // Every n-th request (1-based arrival count) fails; 0 for never.
+  int64_t fail_every = 0;
+  // The n-th request (1-based) opens a stall window of `stall`; 0 for never.
+  int64_t stall_at_request = 0;
+  absl::Duration stall = absl::Milliseconds(200);
+  // gRPC callback threads are the library's; this bounds nothing else.
+};
+
+class FakeInferenceServer {
+ public:
+  using Mono = std::chrono::steady_clock::time_point;
+  static constexpr int64_t kQueueTimeUs = 100;
+  static constexpr char kFailMarker[] = "fail";
+
+  // Starts on 127.0.0.1 with a free port; aborts the test binary on failure.
+  static std::unique_ptr<FakeInferenceServer> Start(FakeServerOptions options);
+  ~FakeInferenceServer();
+
+  // "127.0.0.1:port".
+  std::string address() const;
+  std::shared_ptr<grpc::Channel> NewChannel() const;
+
+  int64_t received() const;
+  // Arrival times of Predict calls, in arrival order.
+  std::vector<Mono> arrivals() const;
+  // The stall window, once a stall has been triggered.
+  std::optional<std::pair<Mono, Mono>> stall_window() const;
+
+  class Impl;
+
+ private:
+  explicit FakeInferenceServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace metalserve::testing
+
+#endif  // METALSERVE_TESTS_CLIENT_FAKE_INFERENCE_SERVER_H_
