@@ -53,6 +53,10 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
     {
       absl::MutexLock l(&mu_);
       arrivals_.push_back(now);
+      if (request->inputs_size() > 0) {
+        last_shape_.assign(request->inputs(0).shape().begin(),
+                           request->inputs(0).shape().end());
+      }
       n = static_cast<int64_t>(arrivals_.size());
       if (n == options_.stall_at_request) {
         stall_ = {now, now + absl::ToChronoNanoseconds(options_.stall)};
@@ -136,6 +140,7 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending_
       ABSL_GUARDED_BY(mu_);
   std::vector<Mono> arrivals_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> last_shape_ ABSL_GUARDED_BY(mu_);
   std::optional<std::pair<Mono, Mono>> stall_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread timer_;
@@ -177,6 +182,11 @@ int64_t FakeInferenceServer::received() const {
 std::vector<Mono> FakeInferenceServer::arrivals() const {
   absl::MutexLock l(&impl_->mu_);
   return impl_->arrivals_;
+}
+
+std::vector<int64_t> FakeInferenceServer::last_input_shape() const {
+  absl::MutexLock l(&impl_->mu_);
+  return impl_->last_shape_;
 }
 
 std::optional<std::pair<Mono, Mono>> FakeInferenceServer::stall_window() const {

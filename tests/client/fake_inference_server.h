@@ -58,6 +58,8 @@ class FakeInferenceServer {
   int64_t received() const;
   // Arrival times of Predict calls, in arrival order.
   std::vector<Mono> arrivals() const;
+  // Shape of the first input of the latest Predict call.
+  std::vector<int64_t> last_input_shape() const;
   // The stall window, once a stall has been triggered.
   std::optional<std::pair<Mono, Mono>> stall_window() const;
 

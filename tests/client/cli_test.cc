@@ -1,0 +1,76 @@
+// metalserve-bench end to end: the binary against an in-process fake server
+// on 127.0.0.1, bounded by --requests and --deadline.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/client/fake_inference_server.h"
+
+namespace metalserve::client {
+namespace {
+
+using ::metalserve::testing::FakeInferenceServer;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+
+Outcome RunBench(const std::string& args) {
+  const std::string cmd = absl::StrCat(METALSERVE_BENCH_BINARY, " ", args,
+                                       " --progress=off 2>&1");
+  Outcome o;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return o;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) o.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+TEST(MetalserveBenchCliTest, TakesShapeFromMetadataAndPrintsJson) {
+  auto server = FakeInferenceServer::Start({.delay = absl::Milliseconds(1)});
+  const Outcome o = RunBench(absl::StrCat(
+      "--target=", server->address(),
+      " --requests=40 --concurrency=1,4 --batch=3 --input=random --output=json"
+      " --deadline=5s"));
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_THAT(o.out, HasSubstr("{\"runs\":[{\"mode\":\"closed\",\"concurrency\":1,"));
+  EXPECT_THAT(o.out, HasSubstr("\"mode\":\"closed\",\"concurrency\":4,"));
+  EXPECT_THAT(o.out, HasSubstr("\"ok\":40,\"errors\":{}"));
+  EXPECT_THAT(o.out, HasSubstr("\"batch_rows_mean\":3.000"));
+  EXPECT_EQ(server->received(), 80);
+  // Metadata says [-1, 4]; the batch dimension became --batch.
+  EXPECT_THAT(server->last_input_shape(), ElementsAre(3, 4));
+}
+
+TEST(MetalserveBenchCliTest, ExitsWithTwoWhenErrorRateExceedsLimit) {
+  auto server = FakeInferenceServer::Start(
+      {.delay = absl::ZeroDuration(), .fail_every = 2});
+  const std::string common = absl::StrCat(
+      "--target=", server->address(),
+      " --requests=20 --input_name=input --dtype=float32 --shape=4 --output=csv");
+  const Outcome over = RunBench(common + " --max_error_rate=0.1");
+  EXPECT_EQ(over.exit_code, 2) << over.out;
+  EXPECT_THAT(over.out, HasSubstr("INVALID_ARGUMENT=10"));
+  const Outcome under = RunBench(common + " --max_error_rate=0.5");
+  EXPECT_EQ(under.exit_code, 0) << under.out;
+}
+
+TEST(MetalserveBenchCliTest, RejectsProtocolsOtherThanNative) {
+  const Outcome o = RunBench("--protocol=kserve --target=127.0.0.1:1");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_THAT(o.out, HasSubstr("only protocol is 'native'"));
+}
+
+}  // namespace
+}  // namespace metalserve::client
