@@ -147,12 +147,18 @@ TEST(TorchRunnerTest, WrongDtypeRankRowsOrBytesAreInvalidArgument) {
 TEST(TorchRunnerTest, MissingCudaFailsWithClearMessage) {
   RuntimeOptions o = Options("identity");
   o.device = "cuda";
+  if (CreateTorchRunner(o).ok()) GTEST_SKIP() << "this machine has CUDA";
   EXPECT_THAT(CreateTorchRunner(o),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr("cuda"), HasSubstr("not available"))));
   o.device = "cuda:3";
   EXPECT_THAT(CreateTorchRunner(o), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(TorchRunnerTest, MissingMpsOrUnknownDeviceFailsWithClearMessage) {
+  RuntimeOptions o = Options("identity");
   o.device = "mps";
+  if (CreateTorchRunner(o).ok()) GTEST_SKIP() << "this machine has MPS";
   EXPECT_THAT(CreateTorchRunner(o),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("mps")));
   o.device = "tpu";
@@ -160,12 +166,43 @@ TEST(TorchRunnerTest, MissingCudaFailsWithClearMessage) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tpu")));
 }
 
-TEST(TorchRunnerTest, AutoDeviceFallsBackToCpuHere) {
+TEST(TorchRunnerTest, AutoDevicePrefersAcceleratorThenCpu) {
   RuntimeOptions o = Options("identity");
   o.device = "auto";
   auto runner = MustCreate(o);
   ASSERT_NE(runner, nullptr);
-  EXPECT_EQ(runner->info().device, "cpu");
+  RuntimeOptions mps = Options("identity");
+  mps.device = "mps";
+  RuntimeOptions cuda = Options("identity");
+  cuda.device = "cuda";
+  const std::string want = CreateTorchRunner(mps).ok()    ? "mps"
+                           : CreateTorchRunner(cuda).ok() ? "cuda:0"
+                                                          : "cpu";
+  EXPECT_EQ(runner->info().device, want);
+}
+
+// Runs only where CUDA is present (the GPU host): exact identity through
+// pinned copies and a pooled stream, allocator figures, cache clearing.
+TEST(TorchRunnerTest, CudaRunsExactlyAndClearsCacheWhenPresent) {
+  RuntimeOptions o = Options("identity");
+  o.device = "cuda";
+  o.empty_cache_every = 2;
+  std::vector<std::string> triggers;
+  o.on_cache_clear = [&](absl::string_view t, absl::Duration) { triggers.emplace_back(t); };
+  auto created = CreateTorchRunner(o);
+  if (!created.ok()) GTEST_SKIP() << created.status();
+  Runner& runner = **created;
+  EXPECT_EQ(runner.info().device, "cuda:0");
+  const std::vector<float> in = {1.5f, -2.25f, 3e-8f, 1e30f};
+  auto out = runner.Run({Floats({1, 4}, in)});
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ((*out)[0].data, Floats({1, 4}, in).data);
+  const MemoryStats m = runner.Memory();
+  EXPECT_GE(m.allocated_bytes, 0);
+  EXPECT_GT(m.limit_bytes, 0);
+  runner.BetweenBatches(false);
+  runner.BetweenBatches(false);
+  EXPECT_EQ(triggers, std::vector<std::string>{"every_n"});
 }
 
 TEST(TorchRunnerTest, BadOptionsAndMissingFilesAreRejected) {
@@ -220,7 +257,7 @@ TEST(TorchRunnerTest, Bf16IsComparedWithFp32AndReturnsFloat32) {
 TEST(TorchRunnerOptimizeTest, FullOnMobilenetV3SmallFallsBackWithReason) {
   RuntimeOptions o = Options("mobilenet_v3_small");
   o.optimize = "full";
-  o.warmup_batch_sizes = {4};
+  o.warmup_batch_sizes = {2};
   auto runner = MustCreate(o);
   ASSERT_NE(runner, nullptr);
   EXPECT_THAT(runner->info().optimization, Ne("full"));
