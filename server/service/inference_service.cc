@@ -34,10 +34,12 @@ constexpr absl::string_view kPredict = "Predict";
 // finishes its RPC exactly once.
 class PredictTask final : public InferTask {
  public:
-  PredictTask(grpc::CallbackServerContext* context, PredictResponse* response,
+  PredictTask(grpc::CallbackServerContext* context,
+              grpc::ServerUnaryReactor* reactor, PredictResponse* response,
               std::vector<InputView> inputs, const Runner* runner,
               Metrics* metrics, Clock* clock, absl::Time start)
       : context_(context),
+        reactor_(reactor),
         response_(response),
         inputs_(std::move(inputs)),
         key_(BatchKeyOf(inputs_)),
@@ -85,10 +87,12 @@ class PredictTask final : public InferTask {
                                 clock_->TimeNow() - start_);
     }
     // Last touch of this task's RPC: the reactor may be freed after this.
-    context_->DefaultReactor()->Finish(ToGrpcStatus(status));
+    // (DefaultReactor() must not be called twice: it re-creates the reactor.)
+    reactor_->Finish(ToGrpcStatus(status));
   }
 
   grpc::CallbackServerContext* const context_;
+  grpc::ServerUnaryReactor* const reactor_;
   PredictResponse* const response_;
   const std::vector<InputView> inputs_;
   const std::string key_;
@@ -135,7 +139,7 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   if (!inputs.ok()) return fail(inputs.status());
 
   std::unique_ptr<BatchTask> task = std::make_unique<PredictTask>(
-      context, response, *std::move(inputs), runner_, metrics_, clock_, start);
+      context, reactor, response, *std::move(inputs), runner_, metrics_, clock_, start);
   absl::Status admitted = batcher_->Submit(&task);
   if (metrics_ != nullptr) metrics_->SetQueueDepth(batcher_->queued_rows());
   if (!admitted.ok()) return fail(admitted);

@@ -1,0 +1,191 @@
+// metalserve: serves one TorchScript model over gRPC behind a dynamic batcher.
+// Only this file reads flags; modules take validated Options structs.
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "server/metrics/metrics.h"
+#include "server/runtime/torch_runner.h"
+#include "server/service/server.h"
+
+ABSL_FLAG(std::string, model, METALSERVE_DEFAULT_MODEL,
+          "TorchScript model file; its signature is read from the .json beside it");
+ABSL_FLAG(std::string, address, "127.0.0.1:8500",
+          "gRPC listen address host:port (loopback by default; port 0 picks one)");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9090",
+          "Prometheus /metrics listen address; empty turns the listener off "
+          "(metrics are still recorded)");
+ABSL_FLAG(std::string, device, "auto", "auto (mps -> cuda -> cpu), mps, cuda, cuda:N or cpu");
+ABSL_FLAG(int, threads, 0, "CPU intra-op threads; 0 = number of cores");
+ABSL_FLAG(std::string, precision, "fp32", "Compute precision: fp32, fp16 or bf16");
+ABSL_FLAG(bool, channels_last, false, "Run 4-D inputs in channels-last memory format");
+ABSL_FLAG(std::string, optimize, "auto",
+          "Graph optimization: none, freeze, full or auto; always verified at load");
+ABSL_FLAG(int64_t, max_batch_size, 32, "Most rows in one model batch");
+ABSL_FLAG(absl::Duration, max_queue_delay, absl::Milliseconds(2),
+          "Longest wait of the oldest queued request for its batch to fill (e.g. 2ms)");
+ABSL_FLAG(std::vector<std::string>, allowed_batch_sizes, {},
+          "Batch sizes batches are padded to, ascending, last = max_batch_size "
+          "(e.g. 1,2,4,8,16,32); empty: no padding");
+ABSL_FLAG(int64_t, max_queue_size, 1024, "Most rows waiting; beyond it requests get UNAVAILABLE");
+ABSL_FLAG(int, executors, 2,
+          "Executor threads forming batches; with 2, batch N+1 is prepared while N computes");
+ABSL_FLAG(int, device_concurrency, 1, "Batches on the device at once (1 on MPS and CPU)");
+ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
+          "Largest gRPC message in bytes (default 64 MiB: about 100 fp32 3x224x224 images)");
+ABSL_FLAG(int64_t, empty_cache_every, 0, "Empty the device cache every N batches; 0 = off");
+ABSL_FLAG(absl::Duration, empty_cache_interval, absl::ZeroDuration(),
+          "Empty the device cache this often while idle; 0 = off");
+ABSL_FLAG(double, memory_watermark, 0.0,
+          "Empty the cache at the next idle moment when the allocator holds more than "
+          "this fraction of the device's recommended/total memory; 0 = off");
+ABSL_FLAG(int64_t, monitor_window, 100, "Rolling monitor window, in requests");
+ABSL_FLAG(absl::Duration, monitor_log_interval, absl::Seconds(60),
+          "How often the monitor logs p50/p95/mean latency and error rate; 0 = never");
+ABSL_FLAG(absl::Duration, drain_grace, absl::ZeroDuration(),
+          "After SIGTERM: report NOT_SERVING but keep serving this long, so load "
+          "balancers notice, before refusing new requests");
+ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
+          "Longest wait for accepted requests to finish on shutdown");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (enables TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle; when set, clients must present a certificate signed by it");
+
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+void OnSignal(int sig) { g_signal = sig; }
+
+std::vector<int64_t> ParseSizes(const std::vector<std::string>& items) {
+  std::vector<int64_t> out;
+  for (const std::string& s : items) {
+    if (s.empty()) continue;
+    int64_t v;
+    if (!absl::SimpleAtoi(s, &v)) {
+      LOG(ERROR) << "--allowed_batch_sizes: '" << s << "' is not an integer";
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+template <typename T>
+T OrDie(absl::StatusOr<T> v, absl::string_view what) {
+  if (!v.ok()) {
+    LOG(ERROR) << what << ": " << v.status();
+    std::exit(1);
+  }
+  return *std::move(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves one TorchScript model over gRPC (metalserve.v1.Inference, health, "
+      "reflection) behind a dynamic batcher, with Prometheus metrics.\n"
+      "Usage: metalserve [--model=path.pt] [--address=127.0.0.1:8500] ...");
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  const std::string version = METALSERVE_VERSION;
+
+  metalserve::MetricsOptions mo;
+  mo.listen_address = absl::GetFlag(FLAGS_metrics_address);
+  mo.monitor_window = absl::GetFlag(FLAGS_monitor_window);
+  mo.monitor_log_interval = absl::GetFlag(FLAGS_monitor_log_interval);
+  auto metrics = OrDie(metalserve::Metrics::Create(mo), "metrics");
+
+  metalserve::ServerOptions so;
+  so.address = absl::GetFlag(FLAGS_address);
+  so.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  so.batching.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  so.batching.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
+  so.batching.allowed_batch_sizes = ParseSizes(absl::GetFlag(FLAGS_allowed_batch_sizes));
+  so.batching.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
+  so.batching.num_executors = absl::GetFlag(FLAGS_executors);
+  so.device_concurrency = absl::GetFlag(FLAGS_device_concurrency);
+  so.version = version;
+  so.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
+  so.tls_key_path = absl::GetFlag(FLAGS_tls_key);
+  so.tls_client_ca_path = absl::GetFlag(FLAGS_tls_client_ca);
+  if (absl::Status s = so.batching.Validate(); !s.ok()) {
+    LOG(ERROR) << "batching flags: " << s;
+    return 2;
+  }
+
+  metalserve::RuntimeOptions ro;
+  ro.model_path = absl::GetFlag(FLAGS_model);
+  ro.device = absl::GetFlag(FLAGS_device);
+  ro.threads = absl::GetFlag(FLAGS_threads);
+  if (ro.threads == 0) ro.threads = static_cast<int>(std::thread::hardware_concurrency());
+  ro.precision = absl::GetFlag(FLAGS_precision);
+  ro.channels_last = absl::GetFlag(FLAGS_channels_last);
+  ro.optimize = absl::GetFlag(FLAGS_optimize);
+  ro.warmup_batch_sizes = so.batching.allowed_batch_sizes;
+  if (ro.warmup_batch_sizes.empty()) {
+    ro.warmup_batch_sizes = {1};
+    if (so.batching.max_batch_size > 1) {
+      ro.warmup_batch_sizes.push_back(so.batching.max_batch_size);
+    }
+  }
+  ro.empty_cache_every = absl::GetFlag(FLAGS_empty_cache_every);
+  ro.empty_cache_interval = absl::GetFlag(FLAGS_empty_cache_interval);
+  ro.memory_watermark = absl::GetFlag(FLAGS_memory_watermark);
+  metalserve::Metrics* m = metrics.get();
+  ro.on_cache_clear = [m](absl::string_view trigger, absl::Duration took) {
+    m->CacheCleared(trigger, took);
+  };
+
+  LOG(INFO) << "metalserve " << version << " starting: model=" << ro.model_path
+            << " device=" << ro.device << " threads=" << ro.threads
+            << " precision=" << ro.precision << " optimize=" << ro.optimize
+            << " max_batch_size=" << so.batching.max_batch_size
+            << " max_queue_delay=" << absl::FormatDuration(so.batching.max_queue_delay)
+            << " allowed_batch_sizes=[" << absl::StrJoin(so.batching.allowed_batch_sizes, ",")
+            << "] max_queue_size=" << so.batching.max_queue_size
+            << " executors=" << so.batching.num_executors
+            << " address=" << so.address << " metrics_address=" << mo.listen_address;
+
+  auto runner = OrDie(metalserve::CreateTorchRunner(ro), "model");
+  const metalserve::ModelInfo& info = runner->info();
+  metrics->SetModelTimes(info.load_time, info.warmup_time);
+  metrics->SetBuildInfo(version, info.torch_version, info.device, info.name);
+  LOG(INFO) << "model " << info.name << " v" << info.version << " on " << info.device
+            << " (torch " << info.torch_version << ", " << info.precision
+            << ", optimize=" << info.optimization << ": " << info.optimization_reason
+            << "), loaded in " << absl::FormatDuration(info.load_time)
+            << ", warmed up in " << absl::FormatDuration(info.warmup_time);
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  auto server = OrDie(metalserve::InferenceServer::Start(so, runner.get(), m), "server");
+  LOG(INFO) << "ready: gRPC on " << so.address << ", metrics on "
+            << (metrics->port() > 0 ? absl::StrCat("port ", metrics->port()) : "(off)");
+
+  while (g_signal == 0) absl::SleepFor(absl::Milliseconds(50));
+  LOG(INFO) << "signal " << g_signal << ": health NOT_SERVING, draining";
+  server->SetServing(false);
+  const absl::Duration grace = absl::GetFlag(FLAGS_drain_grace);
+  if (grace > absl::ZeroDuration()) {
+    LOG(INFO) << "drain grace " << absl::FormatDuration(grace) << ": still serving";
+    absl::SleepFor(grace);
+  }
+  server->Shutdown(absl::GetFlag(FLAGS_shutdown_timeout));
+  LOG(INFO) << "exit";
+  return 0;
+}

@@ -1,0 +1,116 @@
+// FakeRunner: a Runner with a known signature and behaviour, for testing the
+// batcher, executor and service without LibTorch.
+//
+// Signature: one input "input" float32 [-1, kWidth] -> one output "output"
+// float32 [-1, kWidth] with output = 2 * input, row by row. Behaviour knobs:
+//  * a row whose first value is kPoison makes Run fail with INTERNAL (as a
+//    model that raises);
+//  * batches of more than `oom_above_rows` rows fail with RESOURCE_EXHAUSTED;
+//  * Close the gate (CloseGate) to hold every Run until OpenGate;
+//  * every Run's row count is recorded (batch_rows()).
+//
+// Thread-safety: thread-safe.
+#ifndef METALSERVE_TESTS_TESTING_FAKE_RUNNER_H_
+#define METALSERVE_TESTS_TESTING_FAKE_RUNNER_H_
+
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/runtime/runner.h"
+
+namespace metalserve {
+
+class FakeRunner final : public Runner {
+ public:
+  static constexpr int64_t kWidth = 4;
+  static constexpr float kPoison = -777.0f;
+
+  FakeRunner() {
+    info_.name = "fake";
+    info_.version = "1";
+    info_.device = "cpu";
+    info_.torch_version = "none";
+    info_.precision = "fp32";
+    info_.optimization = "none";
+    info_.inputs = {{"input", DType::kFloat32, {-1, kWidth}}};
+    info_.outputs = {{"output", DType::kFloat32, {-1, kWidth}}};
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
+    const Tensor& in = inputs.at(0);
+    {
+      absl::MutexLock l(&mu_);
+      batch_rows_.push_back(in.rows());
+      ++running_;
+      mu_.Await(absl::Condition(&gate_open_));
+      --running_;
+      if (oom_above_rows_ > 0 && in.rows() > oom_above_rows_) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "fake device out of memory for ", in.rows(), " rows"));
+      }
+    }
+    const float* x = reinterpret_cast<const float*>(in.data.data());
+    for (int64_t r = 0; r < in.rows(); ++r) {
+      if (x[r * kWidth] == kPoison) {
+        return absl::InternalError("model raised: poison row found");
+      }
+    }
+    Tensor out;
+    out.name = "output";
+    out.dtype = DType::kFloat32;
+    out.shape = in.shape;
+    out.data.resize(in.data.size());
+    float* y = reinterpret_cast<float*>(out.data.data());
+    for (int64_t i = 0; i < in.rows() * kWidth; ++i) y[i] = 2 * x[i];
+    return std::vector<Tensor>{std::move(out)};
+  }
+
+  MemoryStats Memory() override { return {}; }
+  void BetweenBatches(bool idle) override {
+    absl::MutexLock l(&mu_);
+    (idle ? idle_calls_ : busy_calls_)++;
+  }
+
+  void CloseGate() {
+    absl::MutexLock l(&mu_);
+    gate_open_ = false;
+  }
+  void OpenGate() {
+    absl::MutexLock l(&mu_);
+    gate_open_ = true;
+  }
+  // Blocks until `n` Run calls wait at the closed gate.
+  void AwaitRunning(int n) {
+    absl::MutexLock l(&mu_);
+    auto cond = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return running_ >= n; };
+    mu_.Await(absl::Condition(&cond));
+  }
+  void set_oom_above_rows(int64_t rows) {
+    absl::MutexLock l(&mu_);
+    oom_above_rows_ = rows;
+  }
+  std::vector<int64_t> batch_rows() {
+    absl::MutexLock l(&mu_);
+    return batch_rows_;
+  }
+  ModelInfo& mutable_info() { return info_; }
+
+ private:
+  ModelInfo info_;
+  absl::Mutex mu_;
+  bool gate_open_ ABSL_GUARDED_BY(mu_) = true;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t oom_above_rows_ ABSL_GUARDED_BY(mu_) = 0;
+  int idle_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int busy_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> batch_rows_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_TESTS_TESTING_FAKE_RUNNER_H_
