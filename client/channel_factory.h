@@ -1,6 +1,6 @@
 // Creates the gRPC channels a load run uses.
 //
-// Several targets ("10.0.0.1:50051,10.0.0.2:50051") become one
+// Several targets ("10.0.0.1:8500,10.0.0.2:8500") become one
 // "ipv4:///a,b" (or "ipv6:///") channel target; every channel carries a
 // service config selecting round_robin, so calls spread over all addresses
 // (a single "dns:///name:port" resolving to several addresses spreads too).

@@ -1,7 +1,7 @@
 // metalserve-bench: load-tests a metalserve server over its native gRPC API.
 //
-//   metalserve-bench --target=127.0.0.1:50051 --concurrency=1:64:x2 --duration=10s
-//   metalserve-bench --target=10.0.0.1:50051,10.0.0.2:50051 --rate=500 --arrival=poisson
+//   metalserve-bench --target=127.0.0.1:8500 --concurrency=1:64:x2 --duration=10s
+//   metalserve-bench --target=10.0.0.1:8500,10.0.0.2:8500 --rate=500 --arrival=poisson
 //
 // Reads flags, fetches the model's input spec with GetModelMetadata (unless
 // --input_name, --dtype and --shape give it), runs one measurement per
@@ -32,7 +32,7 @@
 #include "grpcpp/client_context.h"
 #include "metalserve/v1/inference.grpc.pb.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+ABSL_FLAG(std::string, target, "127.0.0.1:8500",
           "Server address host:port, or several comma-separated (IPv4 or IPv6 "
           "literals) spread with round_robin, or one gRPC URI such as "
           "dns:///name:port.");
