@@ -24,7 +24,7 @@ ABSL_FLAG(std::string, model, METALSERVE_DEFAULT_MODEL,
           "TorchScript model file; its signature is read from the .json beside it");
 ABSL_FLAG(std::string, address, "127.0.0.1:8500",
           "gRPC listen address host:port (loopback by default; port 0 picks one)");
-ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9090",
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "Prometheus /metrics listen address; empty turns the listener off "
           "(metrics are still recorded)");
 ABSL_FLAG(std::string, device, "auto", "auto (mps -> cuda -> cpu), mps, cuda, cuda:N or cpu");
@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   mo.listen_address = absl::GetFlag(FLAGS_metrics_address);
   mo.monitor_window = absl::GetFlag(FLAGS_monitor_window);
   mo.monitor_log_interval = absl::GetFlag(FLAGS_monitor_log_interval);
+  mo.queue_capacity_rows = absl::GetFlag(FLAGS_max_queue_size);
   auto metrics = OrDie(metalserve::Metrics::Create(mo), "metrics");
 
   metalserve::ServerOptions so;

@@ -88,12 +88,14 @@ void BatchQueue::RemoveDead(absl::Time now, PollResult* result) {
   auto keep = tasks_.begin();
   for (auto it = tasks_.begin(); it != tasks_.end(); ++it) {
     BatchTask& t = **it;
-    if (t.IsCancelled()) {
-      queued_rows_ -= t.rows();
-      result->cancelled.push_back(std::move(*it));
-    } else if (t.deadline() <= now) {
+    // Deadline first: gRPC also marks a call whose deadline passed as
+    // cancelled, and the caller should hear DEADLINE_EXCEEDED.
+    if (t.deadline() <= now) {
       queued_rows_ -= t.rows();
       result->expired.push_back(std::move(*it));
+    } else if (t.IsCancelled()) {
+      queued_rows_ -= t.rows();
+      result->cancelled.push_back(std::move(*it));
     } else {
       if (keep != it) *keep = std::move(*it);
       ++keep;

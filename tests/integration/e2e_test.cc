@@ -1,0 +1,165 @@
+// End to end: the real runtime with models exported by models/export.py,
+// behind the real server, over real gRPC on 127.0.0.1.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "metalserve/v1/inference.grpc.pb.h"
+#include "server/metrics/metrics.h"
+#include "server/runtime/torch_runner.h"
+#include "server/service/server.h"
+#include "tests/integration/torch_reference.h"
+
+namespace metalserve {
+namespace {
+
+using metalserve::v1::PredictRequest;
+using metalserve::v1::PredictResponse;
+
+// Outputs may differ from a direct forward only by float rounding of a
+// different (but verified) graph: |served - direct| <= 1e-4 * max|direct|.
+constexpr double kRelTol = 1e-4;
+
+std::string Model(const std::string& name) {
+  return absl::StrCat(METALSERVE_MODELS_DIR, "/", name, ".pt");
+}
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& model, BatcherOptions batching) {
+    RuntimeOptions ro;
+    ro.model_path = Model(model);
+    ro.device = "cpu";
+    ro.threads = 2;
+    ro.warmup_batch_sizes = {1, batching.max_batch_size};
+    auto runner = CreateTorchRunner(ro);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    runner_ = *std::move(runner);
+    MetricsOptions mo;
+    mo.listen_address = "";
+    metrics_ = *Metrics::Create(mo);
+    ServerOptions so;
+    so.address = "127.0.0.1:0";
+    so.batching = batching;
+    auto server = InferenceServer::Start(so, runner_.get(), metrics_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = metalserve::v1::Inference::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(absl::Seconds(10));
+  }
+
+  static PredictRequest Request(const std::vector<float>& x, const std::vector<int64_t>& shape) {
+    PredictRequest req;
+    auto* t = req.add_inputs();
+    t->set_name("input");
+    t->set_dtype(metalserve::v1::DATA_TYPE_FLOAT32);
+    for (int64_t d : shape) t->add_shape(d);
+    t->set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * 4));
+    return req;
+  }
+
+  static std::vector<float> Random(size_t n, int seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist;
+    std::vector<float> v(n);
+    for (float& f : v) f = dist(rng);
+    return v;
+  }
+
+  static void ExpectClose(const std::vector<float>& served, const std::vector<float>& direct) {
+    ASSERT_EQ(served.size(), direct.size());
+    double scale = 0;
+    for (float f : direct) scale = std::max(scale, std::fabs(static_cast<double>(f)));
+    for (size_t i = 0; i < served.size(); ++i) {
+      ASSERT_LE(std::fabs(served[i] - direct[i]), kRelTol * scale + 1e-6) << "element " << i;
+    }
+  }
+
+  std::unique_ptr<Runner> runner_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<InferenceServer> server_;
+  std::unique_ptr<metalserve::v1::Inference::Stub> stub_;
+};
+
+TEST_F(E2eTest, ServedOutputEqualsDirectForwardAcrossConcurrentBatchedRequests) {
+  BatcherOptions b;
+  b.max_batch_size = 8;
+  b.allowed_batch_sizes = {1, 2, 4, 8};
+  b.max_queue_delay = absl::Milliseconds(20);
+  Start("tiny_cnn", b);
+  constexpr int kRequests = 6;
+  std::vector<std::vector<float>> inputs;
+  std::vector<PredictResponse> resps(kRequests);
+  std::vector<grpc::Status> st(kRequests);
+  for (int i = 0; i < kRequests; ++i) inputs.push_back(Random(3 * 8 * 8, i));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+      st[i] = stub_->Predict(&ctx, Request(inputs[i], {1, 3, 8, 8}), &resps[i]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(st[i].ok()) << st[i].error_message();
+    ASSERT_EQ(resps[i].outputs_size(), 1);
+    EXPECT_THAT(resps[i].outputs(0).shape(), ::testing::ElementsAre(1, 10));
+    const std::string& bytes = resps[i].outputs(0).data();
+    std::vector<float> served(bytes.size() / 4);
+    std::memcpy(served.data(), bytes.data(), bytes.size());
+    ExpectClose(served, testing::ReferenceForward(Model("tiny_cnn"), inputs[i], {1, 3, 8, 8}));
+    EXPECT_EQ(resps[i].device(), "cpu");
+    EXPECT_EQ(resps[i].model_name(), "tiny_cnn");
+  }
+}
+
+TEST_F(E2eTest, DefaultClassifierReturnsLogitsOfShape1x1000) {
+  BatcherOptions b;
+  b.max_batch_size = 2;
+  b.max_queue_delay = absl::Milliseconds(1);
+  Start("resnet18", b);
+  const std::vector<float> x = Random(3 * 224 * 224, 7);
+  grpc::ClientContext ctx;
+  PredictResponse resp;
+  ASSERT_TRUE(stub_->Predict(&ctx, Request(x, {1, 3, 224, 224}), &resp).ok());
+  EXPECT_THAT(resp.outputs(0).shape(), ::testing::ElementsAre(1, 1000));
+  std::vector<float> served(1000);
+  std::memcpy(served.data(), resp.outputs(0).data().data(), 4000);
+  ExpectClose(served, testing::ReferenceForward(Model("resnet18"), x, {1, 3, 224, 224}));
+}
+
+TEST_F(E2eTest, ModelThatRaisesGivesInternalAndServerKeepsServing) {
+  BatcherOptions b;
+  b.max_batch_size = 4;
+  b.max_queue_delay = absl::Milliseconds(1);
+  Start("poison", b);
+  auto call = [&](float first) {
+    std::vector<float> x = {first, 1, 2, 3};
+    grpc::ClientContext ctx;
+    PredictResponse resp;
+    PredictRequest req;
+    auto* t = req.add_inputs();
+    t->set_name("input");
+    t->set_dtype(metalserve::v1::DATA_TYPE_FLOAT32);
+    t->add_shape(1);
+    t->add_shape(4);
+    t->set_data(std::string(reinterpret_cast<const char*>(x.data()), 16));
+    return stub_->Predict(&ctx, req, &resp);
+  };
+  grpc::Status bad = call(-777);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_FALSE(bad.error_message().empty());
+  EXPECT_TRUE(call(1).ok());
+}
+
+}  // namespace
+}  // namespace metalserve
