@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+
 #include <fstream>
 #include <sstream>
 
@@ -75,6 +77,16 @@ absl::StatusOr<std::string> ChannelTarget(const std::vector<std::string>& target
       "); for host names use one dns:///name:port that resolves to all"));
 }
 
+std::string ServiceConfigJson(int max_attempts) {
+  if (max_attempts <= 1) return kRoundRobinConfig;
+  return absl::StrCat(
+      R"({"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": [{)",
+      R"("name": [{"service": "metalserve.v1.Inference"}, {"service": "inference.GRPCInferenceService"}],)",
+      R"("retryPolicy": {"maxAttempts": )", std::min(max_attempts, 5),
+      R"(, "initialBackoff": "0.01s", "maxBackoff": "0.2s", "backoffMultiplier": 2,)",
+      R"( "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
+}
+
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
     const ChannelOptions& options) {
   ASSIGN_OR_RETURN(const std::string target, ChannelTarget(options.targets));
@@ -104,7 +116,8 @@ absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < options.connections; ++i) {
     grpc::ChannelArguments args;
-    args.SetServiceConfigJSON(kRoundRobinConfig);
+    args.SetServiceConfigJSON(ServiceConfigJson(options.max_attempts));
+    if (options.max_attempts > 1) args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
     // A distinct argument keeps channels from sharing subchannels, so each

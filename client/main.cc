@@ -72,6 +72,9 @@ ABSL_FLAG(std::string, input_name, "",
           "Input tensor name. Default: from GetModelMetadata.");
 ABSL_FLAG(absl::Duration, deadline, absl::Seconds(30),
           "Per-request deadline; 0 for none. Default 30s.");
+ABSL_FLAG(int32_t, retries, 0,
+          "Retries per call on UNAVAILABLE (gRPC retry policy; a call may move "
+          "to another target). Default 0; at most 4.");
 ABSL_FLAG(int32_t, connections, 1,
           "Independent channels (HTTP/2 connections per address). Default 1.");
 ABSL_FLAG(std::string, tls_ca, "", "PEM root certificates; enables TLS.");
@@ -195,6 +198,7 @@ int Main() {
   ChannelOptions copts;
   copts.targets = absl::StrSplit(absl::GetFlag(FLAGS_target), ',', absl::SkipEmpty());
   copts.connections = absl::GetFlag(FLAGS_connections);
+  copts.max_attempts = 1 + absl::GetFlag(FLAGS_retries);
   copts.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   copts.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   copts.tls_key = absl::GetFlag(FLAGS_tls_key);
