@@ -2,7 +2,9 @@
 // Only this file reads flags; modules take validated Options structs.
 #include <csignal>
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +61,9 @@ ABSL_FLAG(absl::Duration, drain_grace, absl::ZeroDuration(),
           "balancers notice, before refusing new requests");
 ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
           "Longest wait for accepted requests to finish on shutdown");
+ABSL_FLAG(std::string, metrics_dump, "",
+          "On SIGUSR1 and at exit, write the metrics text exposition to this file "
+          "(for hosts where no listener can bind; used by bench/run.py)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (enables TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -67,7 +72,23 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_dump = 0;
 void OnSignal(int sig) { g_signal = sig; }
+void OnDump(int) { g_dump = 1; }
+
+void DumpMetrics(const metalserve::Metrics& metrics, const std::string& path) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << metrics.Scrape();
+    if (!f) {
+      LOG(ERROR) << "--metrics_dump: cannot write " << tmp;
+      return;
+    }
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
 
 std::vector<int64_t> ParseSizes(const std::vector<std::string>& items) {
   std::vector<int64_t> out;
@@ -178,7 +199,15 @@ int main(int argc, char** argv) {
   LOG(INFO) << "ready: gRPC on " << so.address << ", metrics on "
             << (metrics->port() > 0 ? absl::StrCat("port ", metrics->port()) : "(off)");
 
-  while (g_signal == 0) absl::SleepFor(absl::Milliseconds(50));
+  const std::string dump_path = absl::GetFlag(FLAGS_metrics_dump);
+  std::signal(SIGUSR1, OnDump);
+  while (g_signal == 0) {
+    absl::SleepFor(absl::Milliseconds(20));
+    if (g_dump != 0) {
+      g_dump = 0;
+      DumpMetrics(*metrics, dump_path);
+    }
+  }
   LOG(INFO) << "signal " << g_signal << ": health NOT_SERVING, draining";
   server->SetServing(false);
   const absl::Duration grace = absl::GetFlag(FLAGS_drain_grace);
@@ -187,6 +216,7 @@ int main(int argc, char** argv) {
     absl::SleepFor(grace);
   }
   server->Shutdown(absl::GetFlag(FLAGS_shutdown_timeout));
+  DumpMetrics(*metrics, dump_path);
   LOG(INFO) << "exit";
   return 0;
 }

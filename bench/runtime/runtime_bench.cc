@@ -5,6 +5,7 @@
 //
 //   build/bench/runtime/runtime_bench [--device=cpu] [--threads=2]
 //       [--models=resnet18,mobilenet_v2,mobilenet_v3_small] [--batches=1,8]
+//       [--levels=none,freeze,full] [--precision=fp32] [--channels_last=1]
 //       [benchmark flags, e.g. --benchmark_min_time=2]
 #include <cstring>
 #include <map>
@@ -30,6 +31,7 @@ struct Config {
   std::vector<int64_t> batches = {1, 8};
   std::string precision = "fp32";
   bool channels_last = false;
+  std::vector<std::string> levels = {"none", "freeze", "full"};
 };
 
 Config& config() {
@@ -74,9 +76,17 @@ void BM_Forward(benchmark::State& state, std::string model, std::string level) {
     t.shape[0] = batch;
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
-    std::vector<float> v(n);
-    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
-    t.data.assign(reinterpret_cast<const char*>(v.data()), n * sizeof(float));
+    if (spec.dtype == DType::kFloat32) {
+      std::vector<float> v(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
+      t.data.assign(reinterpret_cast<const char*>(v.data()), n * sizeof(float));
+    } else {
+      // Other dtypes (uint8 pixels, fp16): small integers are valid in all.
+      t.data.assign(static_cast<size_t>(n * ItemSize(spec.dtype)), '\0');
+      if (spec.dtype == DType::kUInt8) {
+        for (int64_t i = 0; i < n; ++i) t.data[i] = static_cast<char>((i * 7919) % 251);
+      }
+    }
     inputs.push_back(std::move(t));
   }
   for (auto _ : state) {
@@ -117,6 +127,8 @@ int main(int argc, char** argv) {
       config().precision = v;
     } else if (metalserve::ParseFlag(argv[i], "channels_last", &v)) {
       config().channels_last = v == "1" || v == "true";
+    } else if (metalserve::ParseFlag(argv[i], "levels", &v)) {
+      config().levels = absl::StrSplit(v, ',', absl::SkipEmpty());
     } else if (metalserve::ParseFlag(argv[i], "batches", &v)) {
       config().batches.clear();
       for (absl::string_view b : absl::StrSplit(v, ',', absl::SkipEmpty())) {
@@ -128,7 +140,7 @@ int main(int argc, char** argv) {
     }
   }
   for (const std::string& model : config().models) {
-    for (const char* level : {"none", "freeze", "full"}) {
+    for (const std::string& level : config().levels) {
       auto* b = benchmark::RegisterBenchmark(
           absl::StrCat("Forward/", model, "/", level).c_str(),
           [model, level](benchmark::State& s) { metalserve::BM_Forward(s, model, level); });

@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""Served vs raw: one command, one run, side-by-side figures.
+
+Measures, in a single run on this host:
+  (a) raw in-process forward through the runtime (runtime_bench) per batch size;
+  (b) the server driven by metalserve-bench over a concurrency sweep, once with
+      batching on and once with --max_batch_size=1;
+  (c) serial batch-1 latency through the server (max_batch_size=1, so no
+      batching delay) against the raw batch-1 forward;
+and prints the ratios: served / raw best-batch throughput, batching gain, and
+p50/p99 overhead at concurrency 1. Writes bench/results/<host>-<date>[-tag].json
+and, when matplotlib is present, a PNG of throughput against p99 latency.
+
+  bench/run.py                                   # CPU defaults (a few minutes)
+  bench/run.py --model=resnet50 --device=cuda --batches=1,8,32,64,128,256 \\
+      --sweep=1,16,64,256,512 --max_batch_size=256 --tag=fp32
+
+Only the standard library is needed (the GPU host has no extra packages).
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cmd, **kw):
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
+
+
+def raw_forward(a, level):
+    """Runtime throughput and batch latency per batch size."""
+    out = run([os.path.join(a.build, "bench/runtime/runtime_bench"),
+               f"--device={a.device}", f"--threads={a.threads}", f"--models={a.model}",
+               f"--levels={level}", f"--batches={a.batches}", f"--precision={a.precision}",
+               f"--channels_last={int(a.channels_last)}",
+               f"--benchmark_min_time={a.raw_min_time}", "--benchmark_format=json"])
+    rows = {}
+    for b in json.loads(out)["benchmarks"]:
+        if b.get("error_occurred"):
+            raise SystemExit(f"raw forward failed: {b.get('error_message')}")
+        batch = int(b["name"].split("/")[3])
+        rows[batch] = {"items_per_s": b["items_per_second"],
+                       "batch_ms": b["real_time"], "label": b.get("label", "")}
+    return rows
+
+
+class Server:
+    """build/metalserve on a free loopback port, metrics dumped to a file."""
+
+    def __init__(self, a, max_batch, allowed, tag):
+        self.port = free_port()
+        self.dump = os.path.join(a.workdir, f"metrics-{tag}.prom")
+        self.log = open(os.path.join(a.workdir, f"server-{tag}.log"), "w")
+        cmd = [os.path.join(a.build, "metalserve"), f"--model={a.model_path}",
+               f"--address=127.0.0.1:{self.port}", "--metrics_address=",
+               f"--metrics_dump={self.dump}", f"--device={a.device}",
+               f"--threads={a.threads}", f"--precision={a.precision}",
+               f"--optimize={a.optimize}", f"--max_batch_size={max_batch}",
+               f"--max_queue_delay={a.max_queue_delay}",
+               f"--max_queue_size={max(1024, 4 * max(a.sweep_levels))}",
+               f"--executors={a.executors}", f"--device_concurrency={a.device_concurrency}",
+               "--monitor_log_interval=0"]
+        if a.channels_last:
+            cmd.append("--channels_last")
+        if allowed:
+            cmd.append(f"--allowed_batch_sizes={allowed}")
+        print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.target = f"127.0.0.1:{self.port}"
+        self.optimization = "?"
+        deadline = time.time() + a.start_timeout
+        logpath = self.log.name
+        while time.time() < deadline:
+            text = open(logpath).read()
+            m = re.search(r"optimize=(\w+): ", text)
+            if m:
+                self.optimization = m.group(1)
+            if "ready: gRPC" in text:
+                return
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited:\n{text[-3000:]}")
+            time.sleep(0.2)
+        self.stop()
+        raise SystemExit("server did not become ready")
+
+    def metrics(self):
+        """Scrapes the in-process registry through SIGUSR1 + --metrics_dump."""
+        before = os.path.getmtime(self.dump) if os.path.exists(self.dump) else 0
+        self.proc.send_signal(signal.SIGUSR1)
+        for _ in range(200):
+            if os.path.exists(self.dump) and os.path.getmtime(self.dump) != before:
+                break
+            time.sleep(0.02)
+        vals = {}
+        for line in open(self.dump):
+            if line.startswith("#") or not line.strip():
+                continue
+            name, _, v = line.rpartition(" ")
+            vals[name] = float(v)
+        return vals
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def batch_counts(m):
+    rows = m.get("metalserve_batch_size_rows_sum", 0.0)
+    n = m.get("metalserve_batch_size_rows_count", 0.0)
+    pad = m.get("metalserve_batch_padding_rows_total", 0.0)
+    return rows, n, pad
+
+
+def sweep(a, server, levels):
+    results = []
+    for c in levels:
+        m0 = batch_counts(server.metrics())
+        out = run([os.path.join(a.build, "metalserve-bench"), f"--target={server.target}",
+                   f"--concurrency={c}", f"--duration={a.duration}s",
+                   f"--warmup={a.warmup}s", f"--input={a.input}", "--output=json",
+                   "--progress=off"] + a.bench_args)
+        r = json.loads(out)["runs"][0]
+        m1 = batch_counts(server.metrics())
+        rows, n, pad = (x1 - x0 for x0, x1 in zip(m0, m1))
+        r["realised_batch_rows_mean"] = rows / n if n else 0.0
+        r["padding_share"] = pad / (rows + pad) if rows + pad else 0.0
+        results.append(r)
+        print(f"  c={c:<4} {r['requests_per_s']:9.1f} req/s  p50 {r['latency_us']['p50']/1e3:8.2f} ms"
+              f"  p99 {r['latency_us']['p99']/1e3:8.2f} ms  batch {r['realised_batch_rows_mean']:.2f}"
+              f"  pad {100*r['padding_share']:.1f}%  err {r['error_rate']:.4f}", file=sys.stderr)
+    return results
+
+
+def host_info(a):
+    info = {"host": socket.gethostname(), "cpus": os.cpu_count(),
+            "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    try:
+        info["cpu_model"] = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                                 if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    if a.device.startswith("cuda"):
+        try:
+            info["gpu"] = run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                               "--format=csv,noheader"]).strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    return info
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--model", default="mobilenet_v3_small")
+    p.add_argument("--models_dir", default="")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--channels_last", action="store_true")
+    p.add_argument("--optimize", default="freeze",
+                   help="graph level for both raw and served (verified at load)")
+    p.add_argument("--batches", default="1,2,4,8,16", help="raw batch sizes")
+    p.add_argument("--sweep", default="1,2,4,8,16,32", help="client concurrency levels")
+    p.add_argument("--max_batch_size", type=int, default=16)
+    p.add_argument("--allowed_batch_sizes", default="",
+                   help="padding sizes for the batching server (default: none)")
+    p.add_argument("--max_queue_delay", default="2ms")
+    p.add_argument("--executors", type=int, default=2)
+    p.add_argument("--device_concurrency", type=int, default=1)
+    p.add_argument("--duration", type=float, default=5)
+    p.add_argument("--warmup", type=float, default=1)
+    p.add_argument("--raw_min_time", type=float, default=2)
+    p.add_argument("--input", default="random")
+    p.add_argument("--bench_args", default="", help="extra metalserve-bench flags")
+    p.add_argument("--start_timeout", type=float, default=300)
+    p.add_argument("--tag", default="")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    a = p.parse_args()
+    a.bench_args = a.bench_args.split()
+    a.sweep_levels = [int(x) for x in a.sweep.split(",")]
+    models_dir = a.models_dir or os.path.join(a.build, "models")
+    a.model_path = os.path.join(models_dir, a.model + ".pt")
+    os.makedirs(a.out, exist_ok=True)
+    a.workdir = os.path.join(a.out, ".work")
+    os.makedirs(a.workdir, exist_ok=True)
+    command = " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+
+    print(f"[1/4] server with batching (max_batch_size={a.max_batch_size})", file=sys.stderr)
+    s = Server(a, a.max_batch_size, a.allowed_batch_sizes, "batched")
+    try:
+        batched = sweep(a, s, a.sweep_levels)
+    finally:
+        s.stop()
+    level = s.optimization
+    print(f"[2/4] server with max_batch_size=1", file=sys.stderr)
+    s = Server(a, 1, "", "unbatched")
+    try:
+        unbatched = sweep(a, s, a.sweep_levels)
+        serial = sweep(a, s, [1])[0]
+    finally:
+        s.stop()
+    print(f"[3/4] raw forward through the runtime (level {level})", file=sys.stderr)
+    raw = raw_forward(a, level)
+
+    best_b, best = max(raw.items(), key=lambda kv: kv[1]["items_per_s"])
+    served_best = max(batched, key=lambda r: r["rows_per_s"])
+    unbatched_best = max(unbatched, key=lambda r: r["rows_per_s"])
+    raw1_ms = raw[1]["batch_ms"] if 1 in raw else float("nan")
+    summary = {
+        "raw_best_batch": best_b,
+        "raw_best_items_per_s": best["items_per_s"],
+        "served_best_rows_per_s": served_best["rows_per_s"],
+        "served_best_concurrency": served_best["concurrency"],
+        "served_over_raw_best": served_best["rows_per_s"] / best["items_per_s"],
+        "unbatched_best_rows_per_s": unbatched_best["rows_per_s"],
+        "batching_gain": served_best["rows_per_s"] / unbatched_best["rows_per_s"],
+        "raw_batch1_ms": raw1_ms,
+        "serial_p50_ms": serial["latency_us"]["p50"] / 1e3,
+        "serial_p99_ms": serial["latency_us"]["p99"] / 1e3,
+        "p50_overhead_ms": serial["latency_us"]["p50"] / 1e3 - raw1_ms,
+        "p99_overhead_ms": serial["latency_us"]["p99"] / 1e3 - raw1_ms,
+    }
+    same_c = {r["concurrency"]: r for r in unbatched}
+    for r in batched:
+        u = same_c.get(r["concurrency"])
+        if u:
+            r["gain_vs_unbatched"] = r["rows_per_s"] / u["rows_per_s"]
+    if best_b in a.sweep_levels:
+        summary[f"served_c{best_b}_over_raw_b{best_b}"] = (
+            next(r for r in batched if r["concurrency"] == best_b)["rows_per_s"]
+            / raw[best_b]["items_per_s"])
+
+    result = {"command": command, "machine": host_info(a), "model": a.model,
+              "device": a.device, "precision": a.precision, "channels_last": a.channels_last,
+              "optimization": level, "threads": a.threads,
+              "max_batch_size": a.max_batch_size, "allowed_batch_sizes": a.allowed_batch_sizes,
+              "max_queue_delay": a.max_queue_delay, "raw": raw, "batched": batched,
+              "unbatched": unbatched, "serial": serial, "summary": summary}
+    stem = f"{socket.gethostname()}-{datetime.date.today().isoformat()}"
+    stem += f"-{a.model}" + (f"-{a.tag}" if a.tag else "")
+    path = os.path.join(a.out, stem + ".json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"[4/4] wrote {path}", file=sys.stderr)
+    print_table(result)
+    try:
+        import plot  # bench/plot.py, needs matplotlib
+        plot.plot(path)
+    except ImportError as e:
+        print(f"(no plot: {e}; run bench/plot.py {path} where matplotlib is installed)")
+
+
+def print_table(r):
+    s = r["summary"]
+    print(f"\n{r['model']} on {r['device']} ({r['precision']}, optimize={r['optimization']}, "
+          f"{r['threads']} threads), {r['machine']['date']}, {r['machine'].get('gpu', r['machine'].get('cpu_model', ''))}")
+    print(f"command: {r['command']}")
+    print("raw forward:  " + "  ".join(f"b{b}: {v['items_per_s']:.0f}/s ({v['batch_ms']:.2f} ms)"
+                                        for b, v in sorted(r["raw"].items(), key=lambda kv: int(kv[0]))))
+    print(f"{'conc':>5} {'batched rows/s':>15} {'p50 ms':>8} {'p99 ms':>8} {'batch':>6} {'pad%':>5}"
+          f" {'unbatched rows/s':>17} {'p99 ms':>8} {'gain':>6}")
+    for b, u in zip(r["batched"], r["unbatched"]):
+        print(f"{b['concurrency']:>5} {b['rows_per_s']:>15.1f} {b['latency_us']['p50']/1e3:>8.2f}"
+              f" {b['latency_us']['p99']/1e3:>8.2f} {b['realised_batch_rows_mean']:>6.2f}"
+              f" {100*b['padding_share']:>5.1f} {u['rows_per_s']:>17.1f} {u['latency_us']['p99']/1e3:>8.2f}"
+              f" {b.get('gain_vs_unbatched', 0):>6.2f}")
+    print(f"served / raw best batch ({s['raw_best_batch']}): {s['served_over_raw_best']:.2f}"
+          f"   batching gain: {s['batching_gain']:.2f}x")
+    for k, v in s.items():
+        if k.startswith("served_c"):
+            print(f"{k}: {v:.2f}")
+    print(f"concurrency 1, batch 1: served p50 {s['serial_p50_ms']:.3f} ms, p99 {s['serial_p99_ms']:.3f} ms;"
+          f" raw {s['raw_batch1_ms']:.3f} ms; overhead p50 {s['p50_overhead_ms']:.3f} ms,"
+          f" p99 {s['p99_overhead_ms']:.3f} ms")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()
