@@ -12,11 +12,13 @@
 #include "server/common/status_macros.h"
 #include "server/service/batch_executor.h"
 #include "server/service/inference_service.h"
+#include "server/service/kserve_service.h"
 
 namespace metalserve {
 namespace {
 
 constexpr char kServiceName[] = "metalserve.v1.Inference";
+constexpr char kKServeServiceName[] = "inference.GRPCInferenceService";
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
   std::ifstream f(path, std::ios::binary);
@@ -85,12 +87,15 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
                       on_idle));
   s->service_ = std::make_unique<InferenceService>(
       runner, s->batcher_.get(), metrics, clock, options.version);
+  s->kserve_ = std::make_unique<KServeService>(
+      runner, s->batcher_.get(), metrics, clock, options.version);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, creds, &s->port_);
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->kserve_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   s->server_ = builder.BuildAndStart();
@@ -112,10 +117,12 @@ InferenceServer::~InferenceServer() { Shutdown(); }
 
 void InferenceServer::SetServing(bool serving) {
   if (server_ == nullptr) return;
+  kserve_->SetReady(serving);
   auto* health = server_->GetHealthCheckService();
   if (health != nullptr) {
     health->SetServingStatus("", serving);
     health->SetServingStatus(kServiceName, serving);
+    health->SetServingStatus(kKServeServiceName, serving);
   }
   if (metrics_ != nullptr) metrics_->SetReady(serving);
 }

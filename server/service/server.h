@@ -32,6 +32,7 @@ namespace metalserve {
 
 class BatchExecutor;
 class InferenceService;
+class KServeService;
 
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free one (see port()).
@@ -58,7 +59,8 @@ class InferenceServer {
   ~InferenceServer();
 
   int port() const { return port_; }
-  // Health status of "" and "metalserve.v1.Inference".
+  // Health status of "" and "metalserve.v1.Inference", and the KServe
+  // ServerReady/ModelReady answers.
   void SetServing(bool serving);
   // Graceful stop; requests still running after `timeout` are cancelled.
   void Shutdown(absl::Duration timeout = absl::Seconds(30));
@@ -70,6 +72,7 @@ class InferenceServer {
   std::unique_ptr<BatchExecutor> executor_;
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<KServeService> kserve_;  // inference.GRPCInferenceService
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex mu_;

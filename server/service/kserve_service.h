@@ -1,0 +1,137 @@
+// The Open Inference Protocol (KServe v2) gRPC service,
+// inference.GRPCInferenceService, beside the native API and sharing its
+// batcher, runner and metrics.
+//
+// ModelInfer accepts raw_input_contents (one entry per input) or typed
+// `contents`, validates them against the model's signature with the same
+// rules as the native Predict, and answers with raw_output_contents, every
+// output in the model's order or only those the request names. The handler
+// enqueues and returns; the executor thread finishes the RPC. Error codes are
+// those of the native service (INVALID_ARGUMENT naming the field and value,
+// NOT_FOUND for another model or version, UNAVAILABLE, DEADLINE_EXCEEDED,
+// INTERNAL, RESOURCE_EXHAUSTED).
+//
+// ServerReady and ModelReady report the readiness flag set with SetReady(),
+// which InferenceServer::SetServing drives together with grpc.health.v1.
+// ModelStatistics reports counts and cumulative times kept by this service
+// (requests of the native API are not counted there).
+//
+// Ownership: does not own the runner, batcher or metrics; they must outlive
+// the gRPC server the service is registered with. Thread-safety: the handlers
+// are called concurrently by gRPC; SetReady() may be called from any thread.
+#ifndef METALSERVE_SERVER_SERVICE_KSERVE_SERVICE_H_
+#define METALSERVE_SERVER_SERVICE_KSERVE_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/batcher/batcher.h"
+#include "server/common/clock.h"
+#include "server/common/tensor.h"
+#include "server/metrics/metrics.h"
+#include "server/runtime/runner.h"
+
+namespace metalserve {
+
+// The specification's datatype string for `dtype` ("FP32", "BF16", ...);
+// empty for kInvalid.
+absl::string_view KServeDatatype(DType dtype);
+// The inverse; kInvalid for a string this server does not serve.
+DType DTypeFromKServe(absl::string_view datatype);
+
+// Cumulative statistics of one model's ModelInfer requests. Thread-safe.
+class KServeStatistics {
+ public:
+  struct Snapshot {
+    int64_t success_count = 0;
+    int64_t success_ns = 0;  // whole request, admission to answer
+    int64_t fail_count = 0;
+    int64_t fail_ns = 0;
+    int64_t queue_ns = 0;    // successful requests, batcher wait
+    int64_t compute_ns = 0;  // successful requests, their batch's run
+    int64_t rows = 0;        // rows of successful requests
+    int64_t last_success_ms = 0;  // Unix ms; 0 before the first success
+  };
+
+  void RecordSuccess(int64_t rows, absl::Duration total, absl::Duration queue,
+                     absl::Duration compute, absl::Time now);
+  void RecordFailure(absl::Duration total);
+  Snapshot Get() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  Snapshot s_ ABSL_GUARDED_BY(mu_);
+};
+
+class KServeService final
+    : public inference::GRPCInferenceService::CallbackService {
+ public:
+  // `metrics` may be null; `clock` null means the real clock. Starts not
+  // ready.
+  KServeService(Runner* runner, Batcher* batcher, Metrics* metrics,
+                Clock* clock, std::string server_version);
+
+  void SetReady(bool ready) { ready_.store(ready); }
+  bool ready() const { return ready_.load(); }
+
+  grpc::ServerUnaryReactor* ServerLive(
+      grpc::CallbackServerContext* context,
+      const inference::ServerLiveRequest* request,
+      inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(
+      grpc::CallbackServerContext* context,
+      const inference::ServerReadyRequest* request,
+      inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(
+      grpc::CallbackServerContext* context,
+      const inference::ModelReadyRequest* request,
+      inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ServerMetadataRequest* request,
+      inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(
+      grpc::CallbackServerContext* context,
+      const inference::ModelMetadataRequest* request,
+      inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(
+      grpc::CallbackServerContext* context,
+      const inference::ModelInferRequest* request,
+      inference::ModelInferResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(
+      grpc::CallbackServerContext* context,
+      const inference::ModelConfigRequest* request,
+      inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(
+      grpc::CallbackServerContext* context,
+      const inference::ModelStatisticsRequest* request,
+      inference::ModelStatisticsResponse* response) override;
+
+ private:
+  // OK, or NOT_FOUND naming `field` when `name`/`version` are not this
+  // server's model (empty matches).
+  absl::Status CheckModel(absl::string_view name_field, absl::string_view name,
+                          absl::string_view version) const;
+  // Runs `fill` and finishes the call, with metrics for `method`.
+  template <typename Fill>
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
+                                   absl::string_view method, Fill fill);
+
+  Runner* const runner_;
+  Batcher* const batcher_;
+  Metrics* const metrics_;
+  Clock* const clock_;
+  const std::string server_version_;
+  std::atomic<bool> ready_{false};
+  KServeStatistics stats_;
+};
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_SERVICE_KSERVE_SERVICE_H_
