@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Graceful drain under load, against the real server process.
+
+metalserve serves tiny_cnn on a free 127.0.0.1 port with --drain_grace=1s;
+metalserve-bench sends a fixed number of requests at a fixed rate (open
+loop); SIGTERM arrives mid-run. Checks:
+
+  * health reports NOT_SERVING soon after SIGTERM, while the process is still
+    up, and a Predict sent during the grace period still succeeds;
+  * the server exits with status 0 within --shutdown_timeout (+ grace);
+  * the client finishes (nothing hung) and every request it sent either
+    succeeded or was refused with UNAVAILABLE: sent == ok + UNAVAILABLE, no
+    other code (no CANCELLED, DEADLINE_EXCEEDED, INTERNAL, ...).
+
+Needs /usr/bin/python3 with grpcio and grpc_tools (Debian: python3-grpcio,
+python3-grpc-tools). Everything it starts is stopped; time is bounded.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ARGS = None
+REQUESTS = 6000
+RATE = 1000           # requests/s: about 6 s of load; SIGTERM at ~2 s
+GRACE_S = 1.0
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path, n=40):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+class DrainTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="metalserve_drain_")
+        self.procs = []
+        out = os.path.join(self.tmp, "stubs")
+        os.makedirs(out)
+        # health.proto is compiled from a copy under another path: a module
+        # named grpc.health would be shadowed by the grpc package itself.
+        health_dir = os.path.join(self.tmp, "protos", "drain_health")
+        os.makedirs(health_dir)
+        shutil.copy(os.path.join(ARGS.proto_dir, "grpc/health/v1/health.proto"), health_dir)
+        for include, proto in ((ARGS.proto_dir, "metalserve/v1/inference.proto"),
+                               (os.path.join(self.tmp, "protos"), "drain_health/health.proto")):
+            subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", f"-I{include}",
+                            f"--python_out={out}", f"--grpc_python_out={out}", proto],
+                           check=True, timeout=60)
+        sys.path.insert(0, out)
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def spawn(self, args, log_name):
+        with open(os.path.join(self.tmp, log_name), "w") as log:
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def test_sigterm_under_load_loses_nothing_and_exits_zero(self):
+        import grpc
+        from drain_health import health_pb2, health_pb2_grpc
+        from metalserve.v1 import inference_pb2, inference_pb2_grpc
+
+        port = free_port()
+        server_log = os.path.join(self.tmp, "server.log")
+        server = self.spawn([ARGS.server, f"--model={ARGS.model}",
+                             f"--address=127.0.0.1:{port}", "--metrics_address=",
+                             "--threads=1", "--max_batch_size=8",
+                             f"--drain_grace={GRACE_S}s",
+                             f"--shutdown_timeout={SHUTDOWN_TIMEOUT_S}s",
+                             "--monitor_log_interval=0"], "server.log")
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=60)
+        except grpc.FutureTimeoutError:
+            self.fail("server did not come up:\n" + tail(server_log))
+        health = health_pb2_grpc.HealthStub(channel)
+        stub = inference_pb2_grpc.InferenceStub(channel)
+        SERVING = health_pb2.HealthCheckResponse.SERVING
+        NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+        self.assertEqual(health.Check(health_pb2.HealthCheckRequest(), timeout=5).status,
+                         SERVING)
+
+        bench_json = os.path.join(self.tmp, "bench.json")
+        with open(bench_json, "w") as out:
+            bench = subprocess.Popen(
+                [ARGS.bench, f"--target=127.0.0.1:{port}", f"--requests={REQUESTS}",
+                 f"--rate={RATE}", "--deadline=20s", "--output=json", "--progress=off"],
+                stdout=out, stderr=subprocess.PIPE)
+        self.procs.append(bench)
+        time.sleep(2.0)  # let load run before the signal (not an assertion)
+        self.assertIsNone(bench.poll(), "load ended before SIGTERM; raise REQUESTS")
+
+        server.send_signal(signal.SIGTERM)
+        t_term = time.monotonic()
+        # Health turns NOT_SERVING while the process is still up.
+        status = None
+        while time.monotonic() - t_term < GRACE_S * 0.8:
+            status = health.Check(health_pb2.HealthCheckRequest(), timeout=2).status
+            if status == NOT_SERVING:
+                break
+            time.sleep(0.02)
+        self.assertEqual(status, NOT_SERVING, "health still SERVING after SIGTERM")
+        # Still inside the grace period: a Predict is served.
+        self.assertLess(time.monotonic() - t_term, GRACE_S)
+        req = inference_pb2.PredictRequest()
+        t = req.inputs.add(name="input", dtype=inference_pb2.DATA_TYPE_FLOAT32,
+                           shape=[1, 3, 8, 8])
+        t.data = bytes(4 * 3 * 8 * 8)
+        resp = stub.Predict(req, timeout=5)
+        self.assertEqual(len(resp.outputs), 1)
+        channel.close()
+
+        try:
+            rc = server.wait(timeout=GRACE_S + SHUTDOWN_TIMEOUT_S + 5)
+        except subprocess.TimeoutExpired:
+            self.fail("server did not exit within grace + shutdown_timeout:\n" +
+                      tail(server_log))
+        took = time.monotonic() - t_term
+        self.assertEqual(rc, 0, tail(server_log))
+        self.assertLess(took, GRACE_S + SHUTDOWN_TIMEOUT_S + 1)
+
+        try:
+            _, err = bench.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.fail("client hung after the server exited")
+        with open(bench_json) as f:
+            text = f.read()
+        report = json.loads(text)
+        run = report["runs"][0] if "runs" in report else report
+        errors = run["errors"]
+        unavailable = errors.get("UNAVAILABLE", 0)
+        others = {k: v for k, v in errors.items() if k != "UNAVAILABLE"}
+        print(f"drain: SIGTERM at ~2 s; server exited 0 after {took:.2f} s; "
+              f"client sent {REQUESTS}: ok {run['ok']}, UNAVAILABLE {unavailable}, "
+              f"other {others}")
+        self.assertEqual(others, {}, "requests lost or failed otherwise: " + text)
+        self.assertEqual(run["ok"] + unavailable, REQUESTS, text)
+        self.assertGreater(run["ok"], 0)
+        self.assertGreater(unavailable, 0, "SIGTERM did not land mid-run")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--proto_dir",
+                    default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                         "..", "..", "proto"))
+    ARGS, rest = ap.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

@@ -1,0 +1,554 @@
+// Reliability of the native service over real gRPC on 127.0.0.1 with a fake
+// runner: overload, cancellation and disconnects, a bad-input battery beyond
+// tests/service, the message size limit, and TLS / mutual TLS with
+// certificates made by openssl at test time.
+//
+// Every call carries a deadline; every wait is bounded; nothing sleeps to
+// prove that something happened.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "metalserve/v1/inference.grpc.pb.h"
+#include "server/metrics/metrics.h"
+#include "server/service/server.h"
+#include "tests/testing/fake_runner.h"
+
+extern char** environ;
+
+namespace metalserve {
+namespace {
+
+using metalserve::v1::DATA_TYPE_FLOAT32;
+using metalserve::v1::PredictRequest;
+using metalserve::v1::PredictResponse;
+using ::testing::HasSubstr;
+
+constexpr int64_t kW = FakeRunner::kWidth;
+
+PredictRequest MakeRequest(int64_t rows, float first) {
+  PredictRequest req;
+  auto* t = req.add_inputs();
+  t->set_name("input");
+  t->set_dtype(DATA_TYPE_FLOAT32);
+  t->add_shape(rows);
+  t->add_shape(kW);
+  std::vector<float> v(rows * kW);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = first + static_cast<float>(i);
+  t->set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+  return req;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+// Counts finished async calls by outcome; waits are bounded.
+class Outcomes {
+ public:
+  void Add(const grpc::Status& s) {
+    absl::MutexLock l(&mu_);
+    ++done_;
+    if (s.ok()) {
+      ++ok_;
+    } else if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+               s.error_message().find("queue is full") != std::string::npos) {
+      ++refused_;
+    } else {
+      other_.push_back(absl::StrCat(s.error_code(), ": ", s.error_message()));
+    }
+  }
+  // True when `pred` held within `timeout`.
+  bool AwaitRefused(int n, absl::Duration timeout) {
+    absl::MutexLock l(&mu_);
+    auto cond = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return refused_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+  }
+  bool AwaitDone(int n, absl::Duration timeout) {
+    absl::MutexLock l(&mu_);
+    auto cond = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+  }
+  int ok() { absl::MutexLock l(&mu_); return ok_; }
+  int refused() { absl::MutexLock l(&mu_); return refused_; }
+  int done() { absl::MutexLock l(&mu_); return done_; }
+  std::vector<std::string> other() { absl::MutexLock l(&mu_); return other_; }
+
+ private:
+  absl::Mutex mu_;
+  int done_ ABSL_GUARDED_BY(mu_) = 0;
+  int ok_ ABSL_GUARDED_BY(mu_) = 0;
+  int refused_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> other_ ABSL_GUARDED_BY(mu_);
+};
+
+// One async Predict; owns its context, request and response.
+struct AsyncCall {
+  grpc::ClientContext ctx;
+  PredictRequest req;
+  PredictResponse resp;
+  grpc::Status status;
+};
+
+class ReliabilityTest : public ::testing::Test {
+ protected:
+  // Options of a loopback server on a free port, batches of up to 8 rows.
+  static ServerOptions Opts() {
+    ServerOptions so;
+    so.address = "127.0.0.1:0";
+    so.batching.max_batch_size = 8;
+    so.batching.max_queue_delay = absl::Milliseconds(1);
+    return so;
+  }
+
+  void StartServer(ServerOptions so = Opts()) {
+    MetricsOptions mo;
+    mo.listen_address = "";
+    metrics_ = *Metrics::Create(mo);
+    auto server = InferenceServer::Start(so, &runner_, metrics_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    Connect(grpc::InsecureChannelCredentials());
+  }
+
+  void Connect(std::shared_ptr<grpc::ChannelCredentials> creds,
+               const grpc::ChannelArguments& args = {}) {
+    channel_ = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                         creds, args);
+    stub_ = metalserve::v1::Inference::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    runner_.OpenGate();
+    if (server_) server_->Shutdown(absl::Seconds(5));
+  }
+
+  grpc::Status Call(const PredictRequest& req, PredictResponse* resp,
+                    absl::Duration timeout = absl::Seconds(10)) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return stub_->Predict(&ctx, req, resp);
+  }
+
+  void StartAsync(AsyncCall* c, Outcomes* out, absl::Duration timeout = absl::Seconds(30)) {
+    c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    stub_->async()->Predict(&c->ctx, &c->req, &c->resp, [c, out](grpc::Status s) {
+      c->status = s;
+      out->Add(s);
+    });
+  }
+
+  // The queue depth gauge, in rows; -1 when absent.
+  int QueueDepth() {
+    constexpr absl::string_view kGauge = "\nmetalserve_queue_depth_rows ";
+    const std::string text = metrics_->Scrape();
+    const size_t at = text.find(kGauge);
+    if (at == std::string::npos) return -1;
+    return std::atoi(text.c_str() + at + kGauge.size());
+  }
+  // Waits (bounded) until the queue holds at least `rows` rows.
+  bool AwaitQueueDepth(int rows) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < give_up) {
+      if (QueueDepth() >= rows) return true;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return false;
+  }
+
+  void ExpectDoubled(const PredictRequest& req, const PredictResponse& resp) {
+    ASSERT_EQ(resp.outputs_size(), 1);
+    const auto in = Floats(req.inputs(0).data());
+    const auto out = Floats(resp.outputs(0).data());
+    ASSERT_EQ(in.size(), out.size());
+    for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(out[i], 2 * in[i]) << i;
+  }
+
+  void ExpectStillServing() {
+    PredictResponse resp;
+    PredictRequest req = MakeRequest(1, 5);
+    grpc::Status s = Call(req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ExpectDoubled(req, resp);
+  }
+
+  FakeRunner runner_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<InferenceServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<metalserve::v1::Inference::Stub> stub_;
+};
+
+// ---------------------------------------------------------------- overload
+
+// With the model held, the executor busy and the queue full, 10x the queue's
+// capacity more requests arrive. Every one of them is refused while the model
+// is still held (so refusal never waits for capacity), and every accepted
+// request succeeds once the model is released.
+TEST_F(ReliabilityTest, OverloadRefusesExcessAtOnceAndAnswersEveryAcceptedRequest) {
+  ServerOptions so = Opts();
+  so.batching.max_batch_size = 4;
+  so.batching.max_queue_size = 8;
+  so.batching.max_queue_delay = absl::ZeroDuration();
+  so.batching.num_executors = 1;
+  StartServer(so);
+  runner_.CloseGate();
+
+  Outcomes out;
+  constexpr int kAccepted = 1 + 8;  // one running, eight queued rows
+  constexpr int kExcess = 10 * 8;
+  std::vector<std::unique_ptr<AsyncCall>> calls;
+  auto launch = [&](int i) {
+    calls.push_back(std::make_unique<AsyncCall>());
+    calls.back()->req = MakeRequest(1, 10.0f * i);
+    StartAsync(calls.back().get(), &out);
+  };
+  launch(0);
+  runner_.AwaitRunning(1);
+  for (int i = 1; i < kAccepted; ++i) launch(i);
+  ASSERT_TRUE(AwaitQueueDepth(8));
+  for (int i = kAccepted; i < kAccepted + kExcess; ++i) launch(i);
+
+  ASSERT_TRUE(out.AwaitRefused(kExcess, absl::Seconds(20)))
+      << "refused " << out.refused() << " of " << kExcess << " while the model was held";
+  EXPECT_EQ(out.ok(), 0);
+  EXPECT_EQ(out.done(), kExcess) << "nothing accepted finished while the model was held";
+
+  runner_.OpenGate();
+  ASSERT_TRUE(out.AwaitDone(kAccepted + kExcess, absl::Seconds(20)));
+  EXPECT_EQ(out.ok(), kAccepted);
+  EXPECT_EQ(out.refused(), kExcess);
+  EXPECT_THAT(out.other(), ::testing::IsEmpty());
+  for (int i = 0; i < kAccepted; ++i) ExpectDoubled(calls[i]->req, calls[i]->resp);
+}
+
+// ------------------------------------------------- cancellation, disconnect
+
+TEST_F(ReliabilityTest, ClientCancelWhileRunningReturnsCancelledAndServerKeepsServing) {
+  StartServer();
+  runner_.CloseGate();
+  Outcomes out;
+  AsyncCall c;
+  c.req = MakeRequest(2, 1);
+  StartAsync(&c, &out);
+  runner_.AwaitRunning(1);
+  c.ctx.TryCancel();
+  ASSERT_TRUE(out.AwaitDone(1, absl::Seconds(10)));
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::CANCELLED);
+  // The executor finishes the cancelled RPC's reactor after the fact.
+  runner_.OpenGate();
+  ExpectStillServing();
+}
+
+TEST_F(ReliabilityTest, ClientCancelWhileQueuedReturnsCancelledAndServerKeepsServing) {
+  ServerOptions so = Opts();
+  so.batching.max_batch_size = 1;
+  so.batching.max_queue_delay = absl::ZeroDuration();
+  so.batching.num_executors = 1;
+  StartServer(so);
+  runner_.CloseGate();
+  Outcomes out;
+  AsyncCall running, queued;
+  running.req = MakeRequest(1, 1);
+  queued.req = MakeRequest(1, 2);
+  StartAsync(&running, &out);
+  runner_.AwaitRunning(1);
+  StartAsync(&queued, &out);
+  ASSERT_TRUE(AwaitQueueDepth(1));
+  queued.ctx.TryCancel();
+  ASSERT_TRUE(out.AwaitDone(1, absl::Seconds(10)));
+  EXPECT_EQ(queued.status.error_code(), grpc::StatusCode::CANCELLED);
+  runner_.OpenGate();
+  ASSERT_TRUE(out.AwaitDone(2, absl::Seconds(10)));
+  ASSERT_TRUE(running.status.ok()) << running.status.error_message();
+  ExpectDoubled(running.req, running.resp);
+  ExpectStillServing();
+}
+
+// A client process with calls running and queued is killed (its TCP
+// connection drops). The server finishes those RPCs, keeps serving, and shuts
+// down promptly (a leaked reactor would hold Shutdown to its timeout).
+TEST_F(ReliabilityTest, ClientProcessKilledMidRequestLeavesServerHealthy) {
+  ServerOptions so = Opts();
+  so.batching.max_batch_size = 2;
+  so.batching.max_queue_delay = absl::ZeroDuration();
+  so.batching.num_executors = 1;
+  StartServer(so);
+  runner_.CloseGate();
+  const std::string target = absl::StrCat("--target=127.0.0.1:", server_->port());
+  std::vector<std::string> args = {METALSERVE_BENCH_BINARY, target, "--requests=1000",
+                                   "--concurrency=6", "--deadline=60s",
+                                   "--progress=off", "--output=json"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  // One batch held in the model, at least 4 rows queued behind it.
+  runner_.AwaitRunning(1);
+  const bool queued = AwaitQueueDepth(4);
+  kill(pid, SIGKILL);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  ASSERT_TRUE(queued);
+  EXPECT_TRUE(WIFSIGNALED(wstatus));
+  runner_.OpenGate();
+  ExpectStillServing();
+  const absl::Time t0 = absl::Now();
+  server_->Shutdown(absl::Seconds(20));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "an RPC of the dead client was left open";
+}
+
+// ------------------------------------------------------ bad input battery
+
+TEST_F(ReliabilityTest, HugeDeclaredShapeIsInvalidArgumentWithoutAllocating) {
+  StartServer();
+  PredictRequest req = MakeRequest(1, 1);
+  req.mutable_inputs(0)->set_shape(0, int64_t{1} << 40);  // 16 TiB declared
+  PredictResponse resp;
+  grpc::Status s = Call(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("needs 17592186044416"));
+  ExpectStillServing();
+}
+
+TEST_F(ReliabilityTest, NegativeNonBatchDimensionIsInvalidArgument) {
+  runner_.mutable_info().inputs[0].shape = {-1, -1};  // a dynamic second dim
+  StartServer();
+  PredictRequest req = MakeRequest(1, 1);
+  req.mutable_inputs(0)->set_shape(1, -4);
+  PredictResponse resp;
+  grpc::Status s = Call(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("-4"));
+  ExpectStillServing();
+}
+
+TEST_F(ReliabilityTest, ShapeProductOverflowIsInvalidArgument) {
+  runner_.mutable_info().inputs[0].shape = {-1, -1};
+  StartServer();
+  PredictResponse resp;
+  // Element count overflows: 3037000500^2 > 2^63 - 1.
+  PredictRequest elements = MakeRequest(1, 1);
+  elements.mutable_inputs(0)->set_shape(0, 3037000500);
+  elements.mutable_inputs(0)->set_shape(1, 3037000500);
+  grpc::Status s = Call(elements, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("overflow"));
+  // Element count fits, byte count (x 4 bytes) does not.
+  PredictRequest bytes = MakeRequest(1, 1);
+  bytes.mutable_inputs(0)->set_shape(0, int64_t{1} << 60);
+  bytes.mutable_inputs(0)->set_shape(1, 4);
+  s = Call(bytes, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("byte size overflows int64"));
+  ExpectStillServing();
+}
+
+TEST_F(ReliabilityTest, NanAndInfAreAcceptedAndPassedThrough) {
+  StartServer();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float v[kW] = {std::numeric_limits<float>::quiet_NaN(), inf, -inf, 1.5f};
+  PredictRequest req = MakeRequest(1, 0);
+  req.mutable_inputs(0)->set_data(std::string(reinterpret_cast<const char*>(v), sizeof v));
+  PredictResponse resp;
+  grpc::Status s = Call(req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.outputs_size(), 1);
+  const auto out = Floats(resp.outputs(0).data());
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_EQ(out[1], inf);
+  EXPECT_EQ(out[2], -inf);
+  EXPECT_EQ(out[3], 3.0f);
+}
+
+TEST_F(ReliabilityTest, MessageAboveSizeLimitIsResourceExhaustedFromGrpc) {
+  ServerOptions so = Opts();
+  so.max_message_bytes = 1024;
+  StartServer(so);
+  PredictResponse resp;
+  // 8 rows x 4 floats = 128 bytes of data: under the limit.
+  ASSERT_TRUE(Call(MakeRequest(8, 1), &resp).ok());
+  // Under max_batch_size rows but 4 KiB of data, over the 1 KiB limit.
+  PredictRequest big = MakeRequest(1, 1);
+  big.mutable_inputs(0)->mutable_data()->append(4096, '\0');
+  grpc::Status s = Call(big, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_EQ(runner_.batch_rows().size(), 1u) << "the large message never reached the model";
+  ExpectStillServing();
+}
+
+TEST_F(ReliabilityTest, UnknownModelNameIsNotFound) {
+  StartServer();
+  PredictRequest req = MakeRequest(1, 1);
+  req.set_model_name("no_such_model");
+  PredictResponse resp;
+  grpc::Status s = Call(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("'no_such_model'"));
+  EXPECT_TRUE(runner_.batch_rows().empty());
+}
+
+// ------------------------------------------------------------- TLS, mTLS
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A CA, a server certificate for 127.0.0.1/localhost, a client certificate
+// from the same CA, and a client certificate from an unrelated CA; made once
+// per test binary run by the openssl command line in a temporary directory.
+class Pki {
+ public:
+  static const Pki& Get() {
+    static const Pki* pki = new Pki();
+    return *pki;
+  }
+  bool ok() const { return ok_; }
+  const std::string& log() const { return log_; }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string pem(const std::string& name) const { return ReadAll(path(name)); }
+
+ private:
+  Pki() {
+    dir_ = ::testing::TempDir() + "metalserve_pki_" + std::to_string(getpid());
+    std::filesystem::create_directories(dir_);
+    const std::string d = dir_;
+    const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    std::vector<std::string> cmds = {
+        absl::StrCat("openssl req -x509 ", key, " -keyout ", d, "/ca.key -out ", d,
+                     "/ca.pem -days 2 -subj /CN=metalserve-test-ca"),
+        absl::StrCat("openssl req -x509 ", key, " -keyout ", d, "/other_ca.key -out ", d,
+                     "/other_ca.pem -days 2 -subj /CN=other-ca"),
+        absl::StrCat("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n"
+                     "extendedKeyUsage=serverAuth\\n' > ", d, "/server.ext"),
+        absl::StrCat("printf 'extendedKeyUsage=clientAuth\\n' > ", d, "/client.ext"),
+        absl::StrCat("openssl req ", key, " -keyout ", d, "/server.key -out ", d,
+                     "/server.csr -subj /CN=localhost"),
+        absl::StrCat("openssl x509 -req -in ", d, "/server.csr -CA ", d, "/ca.pem -CAkey ",
+                     d, "/ca.key -CAcreateserial -days 2 -extfile ", d,
+                     "/server.ext -out ", d, "/server.pem"),
+        absl::StrCat("openssl req ", key, " -keyout ", d, "/client.key -out ", d,
+                     "/client.csr -subj /CN=client"),
+        absl::StrCat("openssl x509 -req -in ", d, "/client.csr -CA ", d, "/ca.pem -CAkey ",
+                     d, "/ca.key -CAcreateserial -days 2 -extfile ", d,
+                     "/client.ext -out ", d, "/client.pem"),
+        absl::StrCat("openssl req ", key, " -keyout ", d, "/stranger.key -out ", d,
+                     "/stranger.csr -subj /CN=stranger"),
+        absl::StrCat("openssl x509 -req -in ", d, "/stranger.csr -CA ", d,
+                     "/other_ca.pem -CAkey ", d, "/other_ca.key -CAcreateserial -days 2"
+                     " -extfile ", d, "/client.ext -out ", d, "/stranger.pem"),
+    };
+    ok_ = true;
+    for (const std::string& c : cmds) {
+      const std::string full = absl::StrCat(c, " >>", d, "/openssl.log 2>&1");
+      if (std::system(full.c_str()) != 0) {
+        ok_ = false;
+        log_ = absl::StrCat("failed: ", c, "\n", ReadAll(d + "/openssl.log"));
+        return;
+      }
+    }
+  }
+  std::string dir_;
+  bool ok_ = false;
+  std::string log_;
+};
+
+class TlsTest : public ReliabilityTest {
+ protected:
+  void StartTls(bool mutual) {
+    const Pki& pki = Pki::Get();
+    ASSERT_TRUE(pki.ok()) << pki.log();
+    ServerOptions so = Opts();
+    so.tls_cert_path = pki.path("server.pem");
+    so.tls_key_path = pki.path("server.key");
+    if (mutual) so.tls_client_ca_path = pki.path("ca.pem");
+    StartServer(so);
+  }
+  // A TLS client trusting the test CA, presenting `cert` (or nothing).
+  void ConnectTls(const std::string& cert = "") {
+    const Pki& pki = Pki::Get();
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = pki.pem("ca.pem");
+    if (!cert.empty()) {
+      o.pem_cert_chain = pki.pem(cert + ".pem");
+      o.pem_private_key = pki.pem(cert + ".key");
+    }
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a fresh connection
+    Connect(grpc::SslCredentials(o), args);
+  }
+  grpc::Status Probe() {
+    PredictResponse resp;
+    return Call(MakeRequest(1, 1), &resp, absl::Seconds(5));
+  }
+};
+
+TEST_F(TlsTest, TlsCallSucceedsAgainstServerCertificateFor127001) {
+  StartTls(/*mutual=*/false);
+  ConnectTls();
+  grpc::Status s = Probe();
+  EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+}
+
+TEST_F(TlsTest, PlaintextClientToTlsServerFails) {
+  StartTls(/*mutual=*/false);
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  Connect(grpc::InsecureChannelCredentials(), args);
+  grpc::Status s = Probe();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_TRUE(runner_.batch_rows().empty());
+}
+
+TEST_F(TlsTest, MutualTlsAcceptsClientCertificateFromTrustedCa) {
+  StartTls(/*mutual=*/true);
+  ConnectTls("client");
+  grpc::Status s = Probe();
+  EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+}
+
+TEST_F(TlsTest, MutualTlsRefusesClientWithoutCertificate) {
+  StartTls(/*mutual=*/true);
+  ConnectTls();
+  grpc::Status s = Probe();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_TRUE(runner_.batch_rows().empty());
+}
+
+TEST_F(TlsTest, MutualTlsRefusesClientCertificateFromAnotherCa) {
+  StartTls(/*mutual=*/true);
+  ConnectTls("stranger");
+  grpc::Status s = Probe();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_TRUE(runner_.batch_rows().empty());
+}
+
+}  // namespace
+}  // namespace metalserve
