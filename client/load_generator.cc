@@ -133,6 +133,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
   struct Call {
     grpc::ClientContext ctx;
     v1::PredictResponse response;
+    inference::ModelInferResponse kserve_response;
     Mono start;
     int slot = 0;
   };
@@ -156,11 +157,17 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
       call->ctx.set_deadline(std::chrono::system_clock::now() +
                              absl::ToChronoNanoseconds(spec_.deadline));
     }
-    auto& stub = *gen_.stubs_[static_cast<size_t>(slot) % gen_.stubs_.size()];
-    stub.async()->Predict(&call->ctx, &gen_.request_, &call->response,
-                          [self = shared_from_this(), call](grpc::Status s) {
-                            self->OnDone(call, s);
-                          });
+    const size_t i = static_cast<size_t>(slot) % gen_.num_stubs();
+    auto done = [self = shared_from_this(), call](grpc::Status s) {
+      self->OnDone(call, s);
+    };
+    if (gen_.kserve_) {
+      gen_.kserve_stubs_[i]->async()->ModelInfer(
+          &call->ctx, &gen_.kserve_request_, &call->kserve_response, done);
+    } else {
+      gen_.stubs_[i]->async()->Predict(&call->ctx, &gen_.request_,
+                                       &call->response, done);
+    }
   }
 
   void OnDone(Call* call, const grpc::Status& status) {
@@ -183,9 +190,20 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
     if (status.ok()) {
       s.latency.Record(Since(call.start, now));
       ++s.ok;
-      s.queue_us += call.response.queue_time_us();
-      s.compute_us += call.response.compute_time_us();
-      s.batch_rows += call.response.batch_rows();
+      if (gen_.kserve_) {
+        const auto& p = call.kserve_response.parameters();
+        auto param = [&p](const char* key) -> int64_t {
+          auto it = p.find(key);
+          return it == p.end() ? 0 : it->second.int64_param();
+        };
+        s.queue_us += param("queue_time_us");
+        s.compute_us += param("compute_time_us");
+        s.batch_rows += param("batch_rows");
+      } else {
+        s.queue_us += call.response.queue_time_us();
+        s.compute_us += call.response.compute_time_us();
+        s.batch_rows += call.response.batch_rows();
+      }
       done_ok_.fetch_add(1, std::memory_order_relaxed);
     } else {
       const int code = static_cast<int>(status.error_code());
@@ -216,7 +234,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
         }
       }
       if (send) {
-        Issue(static_cast<int>(i % static_cast<int64_t>(gen_.stubs_.size())), due);
+        Issue(static_cast<int>(i % static_cast<int64_t>(gen_.num_stubs())), due);
       } else {
         overflow_.fetch_add(1);
         done_err_.fetch_add(1, std::memory_order_relaxed);
@@ -297,10 +315,34 @@ absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
       new LoadGenerator(std::move(stubs), std::move(request)));
 }
 
+absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
+    std::vector<std::shared_ptr<grpc::Channel>> channels,
+    inference::ModelInferRequest request) {
+  if (channels.empty()) return absl::InvalidArgumentError("no channels");
+  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
+  for (auto& ch : channels) {
+    stubs.push_back(inference::GRPCInferenceService::NewStub(ch));
+  }
+  return std::unique_ptr<LoadGenerator>(
+      new LoadGenerator(std::move(stubs), std::move(request)));
+}
+
+LoadGenerator::LoadGenerator(
+    std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs,
+    inference::ModelInferRequest request)
+    : kserve_(true),
+      kserve_stubs_(std::move(stubs)),
+      kserve_request_(std::move(request)),
+      rows_per_request_(kserve_request_.inputs_size() > 0 &&
+                                kserve_request_.inputs(0).shape_size() > 0
+                            ? kserve_request_.inputs(0).shape(0)
+                            : 1) {}
+
 LoadGenerator::LoadGenerator(
     std::vector<std::unique_ptr<v1::Inference::Stub>> stubs,
     v1::PredictRequest request)
-    : stubs_(std::move(stubs)),
+    : kserve_(false),
+      stubs_(std::move(stubs)),
       request_(std::move(request)),
       rows_per_request_(request_.inputs_size() > 0 &&
                                 request_.inputs(0).shape_size() > 0

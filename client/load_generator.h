@@ -1,5 +1,8 @@
-// LoadGenerator: drives Predict load against a metalserve server and
-// measures it.
+// LoadGenerator: drives Predict load against a metalserve server, or
+// ModelInfer load against any Open Inference Protocol (KServe v2) server, and
+// measures it. Over KServe the server-side queue/compute/batch figures come
+// from the response's int64 parameters "queue_time_us", "compute_time_us"
+// and "batch_rows" when the server sends them (zero otherwise).
 //
 // Closed loop (`LoadSpec::concurrency`): exactly N calls are outstanding;
 // each completion starts the next call from the completion callback, so a
@@ -39,6 +42,7 @@
 #include "absl/time/time.h"
 #include "client/latency_histogram.h"
 #include "grpcpp/channel.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "metalserve/v1/inference.grpc.pb.h"
 
 namespace metalserve::client {
@@ -113,6 +117,10 @@ class LoadGenerator {
   static absl::StatusOr<std::unique_ptr<LoadGenerator>> Create(
       std::vector<std::shared_ptr<grpc::Channel>> channels,
       v1::PredictRequest request);
+  // The same over inference.GRPCInferenceService/ModelInfer.
+  static absl::StatusOr<std::unique_ptr<LoadGenerator>> Create(
+      std::vector<std::shared_ptr<grpc::Channel>> channels,
+      inference::ModelInferRequest request);
 
   // Warmup then measurement as `spec` says. InvalidArgument for a bad spec;
   // Cancelled when Stop() was called before the measurement began.
@@ -127,11 +135,22 @@ class LoadGenerator {
  private:
   LoadGenerator(std::vector<std::unique_ptr<v1::Inference::Stub>> stubs,
                 v1::PredictRequest request);
+  LoadGenerator(
+      std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs,
+      inference::ModelInferRequest request);
+  size_t num_stubs() const {
+    return kserve_ ? kserve_stubs_.size() : stubs_.size();
+  }
   absl::StatusOr<RunStats> RunPhase(const LoadSpec& spec, bool warmup,
                                     const ProgressFn& progress);
 
+  // Exactly one protocol's stubs and request are used.
+  const bool kserve_;
   const std::vector<std::unique_ptr<v1::Inference::Stub>> stubs_;
   const v1::PredictRequest request_;
+  const std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>>
+      kserve_stubs_;
+  const inference::ModelInferRequest kserve_request_;
   const int64_t rows_per_request_;
   std::atomic<bool> stop_{false};
 };

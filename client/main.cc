@@ -1,9 +1,12 @@
-// metalserve-bench: load-tests a metalserve server over its native gRPC API.
+// metalserve-bench: load-tests a metalserve server over its native gRPC API,
+// or any Open Inference Protocol (KServe v2) gRPC server.
 //
 //   metalserve-bench --target=127.0.0.1:8500 --concurrency=1:64:x2 --duration=10s
 //   metalserve-bench --target=10.0.0.1:8500,10.0.0.2:8500 --rate=500 --arrival=poisson
+//   metalserve-bench --protocol=kserve --model_name=resnet18 --target=host:8001
 //
-// Reads flags, fetches the model's input spec with GetModelMetadata (unless
+// Reads flags, fetches the model's input spec with GetModelMetadata, or
+// ModelMetadata over KServe (unless
 // --input_name, --dtype and --shape give it), runs one measurement per
 // sweep level and prints the report on stdout. A live one-line progress goes
 // to stderr when it is a terminal. Exit status: 0; 1 on a usage or setup
@@ -26,7 +29,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/channel_factory.h"
+#include "client/kserve_codec.h"
 #include "client/load_generator.h"
+#include "client/output_dump.h"
 #include "client/report.h"
 #include "client/request_builder.h"
 #include "grpcpp/client_context.h"
@@ -37,7 +42,13 @@ ABSL_FLAG(std::string, target, "127.0.0.1:8500",
           "literals) spread with round_robin, or one gRPC URI such as "
           "dns:///name:port.");
 ABSL_FLAG(std::string, protocol, "native",
-          "Wire protocol; only 'native' (metalserve.v1.Inference) for now.");
+          "Wire protocol: native (metalserve.v1.Inference/Predict) or kserve "
+          "(inference.GRPCInferenceService/ModelInfer with raw_input_contents, "
+          "the Open Inference Protocol; metadata from ModelMetadata).");
+ABSL_FLAG(std::string, dump_outputs, "",
+          "Before the load runs, send one request and write its output "
+          "tensors to this file as JSON (name, datatype, shape, values). "
+          "Default: none.");
 ABSL_FLAG(std::string, model_name, "",
           "Model name sent in requests; empty lets the server use its model.");
 ABSL_FLAG(std::string, concurrency, "1",
@@ -103,6 +114,64 @@ void OnSignal(int) {
 int Fail(const absl::Status& status) {
   std::cerr << "metalserve-bench: " << status << "\n";
   return 1;
+}
+
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view rpc) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(rpc, " from ", absl::GetFlag(FLAGS_target),
+                                   ": ", s.error_message()));
+}
+
+std::unique_ptr<grpc::ClientContext> ShortContext() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return ctx;
+}
+
+absl::StatusOr<v1::GetModelMetadataResponse> FetchKServeMetadata(
+    const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  inference::ModelMetadataRequest req;
+  req.set_name(absl::GetFlag(FLAGS_model_name));
+  inference::ModelMetadataResponse resp;
+  const grpc::Status s = stub->ModelMetadata(ShortContext().get(), req, &resp);
+  if (!s.ok()) return FromGrpc(s, "ModelMetadata");
+  return MetadataFromKServe(resp);
+}
+
+// Sends `request` once and writes its outputs to --dump_outputs.
+absl::Status DumpOutputs(const std::shared_ptr<grpc::Channel>& channel,
+                         const v1::PredictRequest& request, bool kserve) {
+  std::vector<DumpedTensor> outputs;
+  if (kserve) {
+    auto stub = inference::GRPCInferenceService::NewStub(channel);
+    inference::ModelInferResponse resp;
+    const grpc::Status s =
+        stub->ModelInfer(ShortContext().get(), ToModelInferRequest(request), &resp);
+    if (!s.ok()) return FromGrpc(s, "ModelInfer");
+    if (resp.raw_output_contents_size() != resp.outputs_size()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "ModelInfer answered ", resp.outputs_size(), " outputs with ",
+          resp.raw_output_contents_size(),
+          " raw_output_contents; --dump_outputs reads raw outputs only"));
+    }
+    for (int i = 0; i < resp.outputs_size(); ++i) {
+      const auto& o = resp.outputs(i);
+      outputs.push_back({o.name(), o.datatype(),
+                         {o.shape().begin(), o.shape().end()},
+                         resp.raw_output_contents(i)});
+    }
+  } else {
+    auto stub = v1::Inference::NewStub(channel);
+    v1::PredictResponse resp;
+    const grpc::Status s = stub->Predict(ShortContext().get(), request, &resp);
+    if (!s.ok()) return FromGrpc(s, "Predict");
+    for (const auto& o : resp.outputs()) {
+      outputs.push_back({o.name(), std::string(KServeDatatypeOf(o.dtype())),
+                         {o.shape().begin(), o.shape().end()}, o.data()});
+    }
+  }
+  return WriteOutputsJson(outputs, absl::GetFlag(FLAGS_dump_outputs));
 }
 
 absl::StatusOr<v1::GetModelMetadataResponse> FetchMetadata(
@@ -172,11 +241,13 @@ bool ProgressWanted() {
 }
 
 int Main() {
-  if (absl::GetFlag(FLAGS_protocol) != "native") {
+  const std::string protocol = absl::GetFlag(FLAGS_protocol);
+  if (protocol != "native" && protocol != "kserve") {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--protocol='", absl::GetFlag(FLAGS_protocol),
-        "' is not supported; the only protocol is 'native' (metalserve.v1)")));
+        "--protocol='", protocol, "' is not supported; want native "
+        "(metalserve.v1) or kserve (Open Inference Protocol v2)")));
   }
+  const bool kserve = protocol == "kserve";
   auto format = ParseOutputFormat(absl::GetFlag(FLAGS_output));
   if (!format.ok()) return Fail(format.status());
   const double max_error_rate = absl::GetFlag(FLAGS_max_error_rate);
@@ -208,7 +279,8 @@ int Main() {
 
   std::optional<v1::GetModelMetadataResponse> metadata;
   if (!overrides->name || !overrides->dtype || !overrides->shape) {
-    auto md = FetchMetadata(channels->front());
+    auto md = kserve ? FetchKServeMetadata(channels->front())
+                     : FetchMetadata(channels->front());
     if (!md.ok()) return Fail(md.status());
     metadata = *std::move(md);
   }
@@ -217,7 +289,13 @@ int Main() {
   if (!inputs.ok()) return Fail(inputs.status());
   auto request = BuildPredictRequest(*inputs, *source, absl::GetFlag(FLAGS_model_name));
   if (!request.ok()) return Fail(request.status());
-  auto gen = LoadGenerator::Create(*std::move(channels), *std::move(request));
+  if (!absl::GetFlag(FLAGS_dump_outputs).empty()) {
+    absl::Status dumped = DumpOutputs(channels->front(), *request, kserve);
+    if (!dumped.ok()) return Fail(dumped);
+  }
+  auto gen = kserve ? LoadGenerator::Create(*std::move(channels),
+                                            ToModelInferRequest(*request))
+                    : LoadGenerator::Create(*std::move(channels), *std::move(request));
   if (!gen.ok()) return Fail(gen.status());
 
   g_generator.store(gen->get());

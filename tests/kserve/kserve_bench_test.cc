@@ -1,0 +1,164 @@
+// metalserve-bench over the Open Inference Protocol: the load generator and
+// the binary against an in-process server (fake runner, output = 2 * input)
+// on 127.0.0.1, bounded by request counts and deadlines.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/kserve_codec.h"
+#include "client/load_generator.h"
+#include "client/request_builder.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/metrics/metrics.h"
+#include "server/service/server.h"
+#include "tests/testing/fake_runner.h"
+
+namespace metalserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+
+Outcome RunBench(const std::string& args) {
+  const std::string cmd = absl::StrCat(METALSERVE_BENCH_BINARY, " ", args,
+                                       " --progress=off 2>&1");
+  Outcome o;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return o;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) o.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/kserve_bench_", getpid(), "_", name);
+}
+
+class KServeBenchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MetricsOptions mo;
+    mo.listen_address = "";
+    metrics_ = *Metrics::Create(mo);
+    ServerOptions so;
+    so.address = "127.0.0.1:0";
+    so.batching.max_batch_size = 8;
+    so.batching.max_queue_delay = absl::Milliseconds(1);
+    auto server = InferenceServer::Start(so, &runner_, metrics_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    target_ = absl::StrCat("127.0.0.1:", server_->port());
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(absl::Seconds(5));
+  }
+
+  int64_t KServeSuccesses() {
+    auto stub = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    inference::ModelStatisticsResponse r;
+    EXPECT_TRUE(stub->ModelStatistics(&ctx, {}, &r).ok());
+    return r.model_stats_size() == 1
+               ? static_cast<int64_t>(r.model_stats(0).inference_stats().success().count())
+               : -1;
+  }
+
+  FakeRunner runner_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<InferenceServer> server_;
+  std::string target_;
+};
+
+TEST_F(KServeBenchTest, LoadGeneratorDrivesModelInferAndReadsServerFigures) {
+  client::InputSpec spec{"input", v1::DATA_TYPE_FLOAT32, {2, FakeRunner::kWidth}};
+  client::InputSource source;
+  source.kind = client::InputKind::kRandom;
+  auto predict = client::BuildPredictRequest({spec}, source, "fake");
+  ASSERT_TRUE(predict.ok()) << predict.status();
+  auto gen = client::LoadGenerator::Create(
+      {grpc::CreateChannel(target_, grpc::InsecureChannelCredentials())},
+      client::ToModelInferRequest(*predict));
+  ASSERT_TRUE(gen.ok()) << gen.status();
+  client::LoadSpec load;
+  load.concurrency = 4;
+  load.max_requests = 30;
+  load.deadline = absl::Seconds(10);
+  auto stats = (*gen)->Run(load);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->ok, 30);
+  EXPECT_EQ(stats->ErrorCount(), 0);
+  EXPECT_EQ(stats->rows, 60);
+  // batch_rows came back in the response parameters: at least this request's.
+  EXPECT_GE(stats->MeanBatchRows(), 2.0);
+  EXPECT_EQ(KServeSuccesses(), 30);
+}
+
+TEST_F(KServeBenchTest, BinaryLoadTestsOverKServeWithMetadataFromModelMetadata) {
+  const Outcome o = RunBench(absl::StrCat(
+      "--protocol=kserve --target=", target_,
+      " --requests=20 --concurrency=2 --batch=3 --input=random --output=json"
+      " --deadline=5s"));
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_THAT(o.out, HasSubstr("\"ok\":20,\"errors\":{}"));
+  EXPECT_THAT(o.out, HasSubstr("\"batch_rows_mean\":"));
+  EXPECT_EQ(KServeSuccesses(), 20);
+}
+
+TEST_F(KServeBenchTest, DumpOutputsIsTheSameOverBothProtocols) {
+  const std::string row = TempPath("row.bin");
+  {
+    const std::vector<float> v = {0.5f, -1.25f, 3.0f, 1e-3f};
+    std::ofstream f(row, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  }
+  const std::string native = TempPath("native.json");
+  const std::string kserve = TempPath("kserve.json");
+  const std::string common = absl::StrCat(
+      "--target=", target_, " --requests=1 --deadline=5s --input=@", row);
+  const Outcome a = RunBench(common + " --protocol=native --dump_outputs=" + native);
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  const Outcome b = RunBench(common + " --protocol=kserve --dump_outputs=" + kserve);
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  EXPECT_EQ(ReadFile(native),
+            "{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[1,4],"
+            "\"data\":[1,-2.5,6,0.00200000009]}]}\n");
+  EXPECT_EQ(ReadFile(kserve), ReadFile(native));
+  std::remove(row.c_str());
+  std::remove(native.c_str());
+  std::remove(kserve.c_str());
+}
+
+TEST_F(KServeBenchTest, UnknownProtocolIsAUsageError) {
+  const Outcome o = RunBench("--protocol=http --target=" + target_);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_THAT(o.out, HasSubstr("--protocol='http' is not supported; want native"));
+}
+
+}  // namespace
+}  // namespace metalserve
