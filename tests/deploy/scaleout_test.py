@@ -1,0 +1,332 @@
+#!/usr/bin/python3
+"""Scale-out on one machine: three metalserve processes behind the client's
+round_robin, and one of them killed mid-run.
+
+All on 127.0.0.1 with free ports, bounded by --timeout; every process the
+test starts is stopped at the end, pass or fail.
+
+  1. Three servers serve the tiny_cnn model, each with its own gRPC and
+     metrics port; the test waits until each one's grpc.health.v1 reports
+     SERVING (through metalserve-bench's own view of /metrics would not
+     prove the gRPC port is up, so health is asked over gRPC).
+  2. even spread: metalserve-bench --target=a,b,c --requests=N sends N calls;
+     each server's metalserve_requests_total{method="Predict",code="OK"}
+     must have moved by N/3 within 20%, and the three moves must sum to N.
+  3. failover: a second bench run with --retries=4; once a third of its
+     requests have been answered, one server is killed with SIGKILL. The
+     bench must report N OK calls and no errors, and the OK counts of the
+     servers must add up to at least N. The killed server's count is the
+     last one scraped before the kill (a lower bound of its true count), so
+     the sum is a lower bound too: that it still reaches N shows every
+     request was answered by a server, none lost.
+
+Health is asked with Python grpcio (Debian: python3-grpcio,
+python3-grpc-tools); the stubs are generated into a temporary directory.
+A missing binary or model is a failure, not a skip.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+ARGS = None
+
+N_SPREAD = 600      # requests in the even-spread run
+N_FAILOVER = 1500   # requests in the failover run
+CONCURRENCY = 6
+SPREAD_TOLERANCE = 0.20
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, predicate, deadline, interval=0.1):
+    """Polls `predicate` until it returns a truthy value or `deadline`
+    (time.monotonic()) passes; returns the value or raises AssertionError."""
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except AssertionError:
+            raise
+        except Exception as e:  # not up yet
+            last_error = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last error: {last_error!r}")
+
+
+def tail(path, lines=30):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+OK_LINE = re.compile(
+    r'^metalserve_requests_total\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.M)
+
+
+def predict_ok(metrics_text):
+    """metalserve_requests_total{method="Predict",code="OK"} from a scrape."""
+    for labels, value in OK_LINE.findall(metrics_text):
+        if 'method="Predict"' in labels and 'code="OK"' in labels:
+            return int(float(value))
+    return 0
+
+
+INFLIGHT_LINE = re.compile(
+    r'^metalserve_inflight_requests(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$', re.M)
+
+
+def inflight(metrics_text):
+    """metalserve_inflight_requests from a scrape (RPCs started, not finished)."""
+    m = INFLIGHT_LINE.search(metrics_text)
+    return int(float(m.group(1))) if m else 0
+
+
+class Server:
+    """One metalserve child process with its own ports and log file."""
+
+    def __init__(self, index, tmp):
+        self.index = index
+        self.grpc_port = free_port()
+        self.metrics_port = free_port()
+        self.address = f"127.0.0.1:{self.grpc_port}"
+        self.log_path = os.path.join(tmp, f"metalserve{index}.log")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([
+            ARGS.server,
+            f"--model={ARGS.model}",
+            f"--address={self.address}",
+            f"--metrics_address=127.0.0.1:{self.metrics_port}",
+            "--device=cpu", "--threads=1", "--executors=1",
+            "--max_batch_size=8", "--max_queue_delay=1ms",
+            "--monitor_log_interval=0",
+        ], stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def scrape(self, timeout=5):
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.read().decode()
+
+    def predict_ok(self):
+        return predict_ok(self.scrape())
+
+    def kill(self):
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, grace=15):
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+class ScaleOut(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.deadline = time.monotonic() + ARGS.timeout
+        cls.tmp = tempfile.mkdtemp(prefix="metalserve_scaleout_")
+        cls.servers = []
+        try:
+            for path, what in ((ARGS.server, "server binary"),
+                               (ARGS.bench, "bench binary"),
+                               (ARGS.model, "model")):
+                if not os.path.exists(path):
+                    raise AssertionError(f"{what} not found: {path}")
+            cls._load_health_stub()
+            for i in range(3):
+                cls.servers.append(Server(i, cls.tmp))
+            for s in cls.servers:
+                cls._wait_serving(s)
+        except BaseException:
+            cls._stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._stop()
+
+    @classmethod
+    def _stop(cls):
+        for s in cls.servers:
+            s.stop()
+        if os.environ.get("METALSERVE_KEEP_TMP"):
+            print(f"kept {cls.tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def _load_health_stub(cls):
+        # The proto's own path (grpc/health/v1) would shadow grpcio's `grpc`
+        # package; a copy under another file name keeps the service name
+        # (from the proto package) and imports cleanly.
+        out = os.path.join(cls.tmp, "stubs")
+        os.makedirs(out)
+        shutil.copy(os.path.join(ARGS.proto_dir, "grpc/health/v1/health.proto"),
+                    os.path.join(out, "metalserve_health.proto"))
+        from grpc_tools import protoc
+        rc = protoc.main(["protoc", f"-I{out}", f"--python_out={out}",
+                          f"--grpc_python_out={out}",
+                          os.path.join(out, "metalserve_health.proto")])
+        if rc != 0:
+            raise AssertionError(f"protoc failed for health.proto: {rc}")
+        sys.path.insert(0, out)
+        import metalserve_health_pb2 as health_pb2
+        import metalserve_health_pb2_grpc as health_pb2_grpc
+        cls.health_pb2, cls.health_pb2_grpc = health_pb2, health_pb2_grpc
+
+    @classmethod
+    def _wait_serving(cls, server):
+        import grpc
+        channel = grpc.insecure_channel(server.address)
+        stub = cls.health_pb2_grpc.HealthStub(channel)
+        serving = cls.health_pb2.HealthCheckResponse.SERVING
+
+        def healthy():
+            if not server.alive():
+                raise AssertionError(f"metalserve {server.index} exited early:\n"
+                                     + tail(server.log_path))
+            for name in ("", "metalserve.v1.Inference"):
+                reply = stub.Check(cls.health_pb2.HealthCheckRequest(service=name),
+                                   timeout=2)
+                if reply.status != serving:
+                    return False
+            return True
+
+        try:
+            wait_for(f"metalserve {server.index} to report SERVING", healthy,
+                     cls.deadline)
+        finally:
+            channel.close()
+
+    def _bench(self, requests, extra=()):
+        """Starts metalserve-bench against all servers; returns the Popen."""
+        argv = [ARGS.bench,
+                "--target=" + ",".join(s.address for s in self.servers),
+                f"--requests={requests}", f"--concurrency={CONCURRENCY}",
+                "--output=json", "--progress=off", "--deadline=20s", *extra]
+        return subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True)
+
+    def _finish(self, proc):
+        remaining = max(1, self.deadline - time.monotonic())
+        try:
+            out, err = proc.communicate(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise AssertionError("metalserve-bench did not finish in time")
+        self.assertEqual(proc.returncode, 0, f"bench failed:\n{err}")
+        report = json.loads(out)
+        self.assertEqual(len(report["runs"]), 1, out)
+        return report["runs"][0]
+
+    def test_1_round_robin_spreads_evenly(self):
+        before = [s.predict_ok() for s in self.servers]
+        run = self._finish(self._bench(N_SPREAD))
+        self.assertEqual(run["ok"], N_SPREAD, run)
+        self.assertEqual(run["errors"], {}, run)
+        moved = [s.predict_ok() - b for s, b in zip(self.servers, before)]
+        self.assertEqual(sum(moved), N_SPREAD, f"per-server OK deltas {moved}")
+        share = N_SPREAD / 3
+        for i, m in enumerate(moved):
+            self.assertLessEqual(
+                abs(m - share), SPREAD_TOLERANCE * share,
+                f"server {i} answered {m} of {N_SPREAD} (deltas {moved}); "
+                f"round_robin should give each about {share:.0f}")
+
+    def test_2_no_request_lost_when_a_server_is_killed(self):
+        before = [s.predict_ok() for s in self.servers]
+        victim = self.servers[1]
+        proc = self._bench(N_FAILOVER, ["--retries=4"])
+
+        # Kill once a third of the run is answered, counted on the servers.
+        # The victim's last scrape is taken right before the kill.
+        victim_last = before[1]
+
+        def third_done():
+            nonlocal victim_last
+            if proc.poll() is not None:
+                raise AssertionError("bench finished before the kill; "
+                                     "raise N_FAILOVER")
+            counts = [s.predict_ok() for s in self.servers]
+            victim_last = counts[1]
+            return sum(counts) - sum(before) >= N_FAILOVER // 3
+
+        wait_for("a third of the failover run", third_done, self.deadline,
+                 interval=0.02)
+        # Scrape, kill, then parse: the window in which the victim could
+        # still answer a call its last scrape does not count is kept short,
+        # and bounded by the calls it had in flight at that scrape.
+        text = victim.scrape()
+        victim.kill()
+        victim_last = predict_ok(text)
+        victim_inflight = inflight(text)
+        killed_at = sum(s.predict_ok() for s in self.servers if s is not victim) \
+            + victim_last - sum(before)
+
+        run = self._finish(proc)
+        self.assertLess(killed_at, N_FAILOVER,
+                        "the kill came after the run had finished")
+        self.assertEqual(run["errors"], {}, run)
+        self.assertEqual(run["ok"], N_FAILOVER, run)
+        survivors = sum(s.predict_ok() - b for s, b in zip(self.servers, before)
+                        if s is not victim)
+        victim_moved = victim_last - before[1]
+        self.assertGreater(victim_moved, 0, "the victim never served")
+        # The victim's true count is at most victim_moved + victim_inflight;
+        # calls it answered after its last scrape were not retried, so they
+        # are in neither survivors nor victim_moved.
+        self.assertGreaterEqual(
+            survivors + victim_moved + victim_inflight, N_FAILOVER,
+            f"servers answered {survivors} (survivors) + >= {victim_moved} "
+            f"(killed, {victim_inflight} in flight) OK calls for "
+            f"{N_FAILOVER} sent")
+        print(f"failover: killed after {killed_at} answered; survivors "
+              f"{survivors}, victim >= {victim_moved} with {victim_inflight} "
+              f"in flight", file=sys.stderr)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--server", required=True)
+    p.add_argument("--bench", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--proto_dir", required=True)
+    p.add_argument("--timeout", type=float, default=100)
+    ARGS, rest = p.parse_known_args()
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
