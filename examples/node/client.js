@@ -33,6 +33,7 @@ function parseArgs(argv) {
 function load(protoDir, file) {
   const def = protoLoader.loadSync(file, {
     includeDirs: [protoDir],
+    keepCase: true,
     longs: Number,
     enums: String,
     defaults: true,

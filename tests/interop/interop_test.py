@@ -107,7 +107,7 @@ def main():
         log = open(os.path.join(tmp, "server.log"), "w+")
         server = subprocess.Popen(
             [args.server, f"--model={args.model}", f"--address={target}",
-             "--metrics_address=", "--threads=1", "--max_queue_delay=0"],
+             "--metrics_address=", "--threads=1"],
             stdout=log, stderr=subprocess.STDOUT)
         try:
             dumps = {}
