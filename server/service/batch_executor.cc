@@ -43,15 +43,14 @@ std::vector<Tensor> BatchExecutor::Assemble(
     t.dtype = first.dtype;
     t.shape = first.shape;
     t.shape[0] = padded_rows;
-    const int64_t row_bytes = t.RowBytes();
-    t.data.resize(static_cast<size_t>(row_bytes * padded_rows));
-    char* dst = t.data.data();
+    const size_t total = static_cast<size_t>(t.RowBytes() * padded_rows);
+    // One pass over the bytes: append the rows, then zero only the padding.
+    t.data.reserve(total);
     for (InferTask* task : tasks) {
-      const InputView& in = task->inputs()[i];
-      std::memcpy(dst, in.data.data(), in.data.size());
-      dst += in.data.size();
+      const absl::string_view rows = task->inputs()[i].data;
+      t.data.append(rows.data(), rows.size());
     }
-    // Padding rows stay zero: resize() zero-fills.
+    t.data.resize(total, '\0');
     out.push_back(std::move(t));
   }
   return out;
