@@ -6,7 +6,7 @@
 #
 # address: clang++, ASan + UBSan (the same tree builds the libFuzzer target).
 # thread:  clang++, TSan; absl::Mutex made visible to TSan by
-#          tsan_absl_mutex.cc, and tests/reliability/tsan.supp for reports
+#          tsan_absl_mutex.cc (linked in by tests/reliability/CMakeLists.txt), and tests/reliability/tsan.supp for reports
 #          inside the uninstrumented system gRPC/protobuf libraries.
 set -euo pipefail
 src=$1 tree=$2 mode=$3 step=${4:-all}
@@ -20,15 +20,7 @@ targets=("${tests[@]}")
 [[ $mode == address ]] && targets+=(request_fuzzer)
 
 if [[ $step == build || $step == all ]]; then
-  extra=()
-  if [[ $mode == thread ]]; then
-    # Makes absl::Mutex visible to TSan (see tsan_absl_mutex.cc).
-    mkdir -p "$tree"
-    "$cxx" -std=c++20 -O1 -g -fsanitize=thread -fPIC -c \
-      "$src/tests/reliability/tsan_absl_mutex.cc" -o "$tree/tsan_absl_mutex.o"
-    extra+=("-DCMAKE_EXE_LINKER_FLAGS=$tree/tsan_absl_mutex.o -ldl")
-  fi
-  cmake -S "$src" -B "$tree" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${extra[@]}" \
+  cmake -S "$src" -B "$tree" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
     -DMETALSERVE_WITH_TORCH=OFF -DMETALSERVE_BUILD_BENCH=OFF \
     -DMETALSERVE_SANITIZE="$mode" >/dev/null
