@@ -28,11 +28,13 @@
 // RESOURCE_EXHAUSTED; the caller splits the batch. A model exception is
 // INTERNAL carrying the model's message; the runner stays usable.
 //
-// Threading: on MPS one dedicated thread, owned by the runner, does all MPS
-// work (Run posts to it and waits); on CUDA each calling thread gets its own
-// pooled stream; on CPU calls run on the caller with `threads` intra-op
+// Threading: on MPS and CUDA one dedicated thread, owned by the runner, does
+// all device work, load and warm-up included (Run posts to it and waits): MPS
+// is not safe from several threads, and cuDNN's autotuner cache is per
+// thread. On CUDA that thread uses one pooled stream with pinned, non-blocking
+// input copies. On CPU calls run on the caller with `threads` intra-op
 // threads. Run, Memory and BetweenBatches are thread-safe.
-// Destruction joins the MPS thread; no Run may be in flight.
+// Destruction joins the device thread; no Run may be in flight.
 #ifndef METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_H_
 #define METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_H_
 
