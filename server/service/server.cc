@@ -72,8 +72,15 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   s->executor_ = std::make_unique<BatchExecutor>(
       runner, options.batching, options.device_concurrency, metrics, clock);
   BatchExecutor* executor = s->executor_.get();
-  auto on_idle = [runner, metrics] {
+  // The queue depth gauge follows the queue as it drains, not only as
+  // requests arrive (batcher_ is set before any request can be submitted).
+  InferenceServer* self = s.get();
+  auto update_depth = [self, metrics] {
+    if (metrics != nullptr) metrics->SetQueueDepth(self->batcher_->queued_rows());
+  };
+  auto on_idle = [runner, metrics, update_depth] {
     runner->BetweenBatches(/*idle=*/true);
+    update_depth();
     if (metrics != nullptr) {
       const MemoryStats m = runner->Memory();
       metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes,
@@ -83,7 +90,10 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   ASSIGN_OR_RETURN(
       s->batcher_,
       Batcher::Create(options.batching, clock,
-                      [executor](Batch b) { executor->Process(std::move(b)); },
+                      [executor, update_depth](Batch b) {
+                        update_depth();
+                        executor->Process(std::move(b));
+                      },
                       on_idle));
   s->service_ = std::make_unique<InferenceService>(
       runner, s->batcher_.get(), metrics, clock, options.version);

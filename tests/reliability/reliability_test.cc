@@ -242,6 +242,9 @@ TEST_F(ReliabilityTest, OverloadRefusesExcessAtOnceAndAnswersEveryAcceptedReques
   EXPECT_EQ(out.refused(), kExcess);
   EXPECT_THAT(out.other(), ::testing::IsEmpty());
   for (int i = 0; i < kAccepted; ++i) ExpectDoubled(calls[i]->req, calls[i]->resp);
+  // The queue depth gauge follows the queue down, not only up: the last
+  // admission and the refusals saw 8 rows queued.
+  EXPECT_EQ(QueueDepth(), 0);
 }
 
 // ------------------------------------------------- cancellation, disconnect
