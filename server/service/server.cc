@@ -72,15 +72,15 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   s->executor_ = std::make_unique<BatchExecutor>(
       runner, options.batching, options.device_concurrency, metrics, clock);
   BatchExecutor* executor = s->executor_.get();
-  // The queue depth gauge follows the queue as it drains, not only as
-  // requests arrive (batcher_ is set before any request can be submitted).
+  // The queue depth gauge follows the queue as batches are taken, not only
+  // as requests arrive. Only the processor reads batcher_: it runs after a
+  // request was submitted, so after batcher_ is set (on_idle may run before).
   InferenceServer* self = s.get();
   auto update_depth = [self, metrics] {
     if (metrics != nullptr) metrics->SetQueueDepth(self->batcher_->queued_rows());
   };
-  auto on_idle = [runner, metrics, update_depth] {
+  auto on_idle = [runner, metrics] {
     runner->BetweenBatches(/*idle=*/true);
-    update_depth();
     if (metrics != nullptr) {
       const MemoryStats m = runner->Memory();
       metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes,
