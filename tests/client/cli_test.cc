@@ -66,10 +66,10 @@ TEST(MetalserveBenchCliTest, ExitsWithTwoWhenErrorRateExceedsLimit) {
   EXPECT_EQ(under.exit_code, 0) << under.out;
 }
 
-TEST(MetalserveBenchCliTest, RejectsProtocolsOtherThanNative) {
-  const Outcome o = RunBench("--protocol=kserve --target=127.0.0.1:1");
+TEST(MetalserveBenchCliTest, RejectsUnknownProtocolNamingIt) {
+  const Outcome o = RunBench("--protocol=bogus --target=127.0.0.1:1");
   EXPECT_EQ(o.exit_code, 1);
-  EXPECT_THAT(o.out, HasSubstr("only protocol is 'native'"));
+  EXPECT_THAT(o.out, HasSubstr("--protocol='bogus' is not supported"));
 }
 
 }  // namespace
