@@ -176,6 +176,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelMetadata(
     response->set_max_queue_size(b.max_queue_size);
     response->set_precision(info.precision);
     response->set_optimization(info.optimization);
+    response->set_optimization_reason(info.optimization_reason);
     response->set_torch_version(info.torch_version);
     response->set_server_version(server_version_);
   }

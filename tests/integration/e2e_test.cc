@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -160,6 +161,84 @@ TEST_F(E2eTest, ModelThatRaisesGivesInternalAndServerKeepsServing) {
   EXPECT_FALSE(bad.error_message().empty());
   EXPECT_TRUE(call(1).ok());
 }
+
+}  // namespace
+}  // namespace metalserve
+
+namespace metalserve {
+namespace {
+
+// Batch invariance as a property of the whole server: a request's output is
+// the same whatever batch it lands in and at whatever position. Run with the
+// most aggressive optimization requested; verification at load must have
+// dropped any level that breaks the property.
+class BatchInvarianceTest : public E2eTest,
+                            public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(BatchInvarianceTest, RowOutputDoesNotDependOnBatchOrPosition) {
+  const std::string model = GetParam();
+  RuntimeOptions ro;
+  ro.model_path = Model(model);
+  ro.device = "cpu";
+  ro.threads = 2;
+  ro.optimize = "full";
+  ro.warmup_batch_sizes = {1, 4};
+  auto runner = CreateTorchRunner(ro);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  runner_ = *std::move(runner);
+  LOG(INFO) << model << ": optimization " << runner_->info().optimization << " ("
+            << runner_->info().optimization_reason << ")";
+  MetricsOptions mo;
+  mo.listen_address = "";
+  metrics_ = *Metrics::Create(mo);
+  ServerOptions so;
+  so.address = "127.0.0.1:0";
+  so.batching.max_batch_size = 4;
+  so.batching.allowed_batch_sizes = {1, 2, 4};
+  so.batching.max_queue_delay = absl::Seconds(5);  // four requests close a full batch
+  auto server = InferenceServer::Start(so, runner_.get(), metrics_.get());
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = *std::move(server);
+  stub_ = metalserve::v1::Inference::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+
+  const size_t n = 3 * 224 * 224;
+  std::vector<std::vector<float>> rows;
+  for (int i = 0; i < 4; ++i) rows.push_back(Random(n, 100 + i));
+  auto predict = [&](const std::vector<float>& x, int64_t batch_rows_expected) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    PredictResponse resp;
+    grpc::Status st = stub_->Predict(&ctx, Request(x, {1, 3, 224, 224}), &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(resp.batch_rows(), batch_rows_expected);
+    std::vector<float> out(resp.outputs(0).data().size() / 4);
+    std::memcpy(out.data(), resp.outputs(0).data().data(), out.size() * 4);
+    return out;
+  };
+  // Alone: batches of one row, sent one after another.
+  std::vector<std::vector<float>> alone;
+  for (const auto& r : rows) alone.push_back(predict(r, 1));
+  // Together: four concurrent requests form one full batch of four, in
+  // arrival order; repeat with the order reversed to move every row.
+  for (bool reversed : {false, true}) {
+    std::vector<std::vector<float>> together(4);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) {
+      const int idx = reversed ? 3 - i : i;
+      threads.emplace_back([&, idx] { together[idx] = predict(rows[idx], 4); });
+      absl::SleepFor(absl::Milliseconds(20));  // spreads arrival order only
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < 4; ++i) {
+      SCOPED_TRACE(absl::StrCat(model, " row ", i, reversed ? " (reversed)" : ""));
+      ExpectClose(together[i], alone[i]);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, BatchInvarianceTest,
+                         ::testing::Values("mobilenet_v3_small", "mobilenet_v2"));
 
 }  // namespace
 }  // namespace metalserve
