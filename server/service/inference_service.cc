@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/service/infer_task.h"
+#include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
 #include "server/service/tensor_codec.h"
 
@@ -17,45 +18,21 @@ using metalserve::v1::GetModelMetadataResponse;
 using metalserve::v1::PredictRequest;
 using metalserve::v1::PredictResponse;
 
-absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
-  const auto d = context.deadline();
-  if (d >= std::chrono::system_clock::time_point::max() -
-               std::chrono::hours(24 * 365)) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(d);
-}
-
 namespace {
 
 constexpr absl::string_view kPredict = "Predict";
 
-// A native Predict request in flight. Owned by the batcher, then the batch;
-// finishes its RPC exactly once.
-class PredictTask final : public InferTask {
+// A native Predict request in flight.
+class PredictTask final : public RpcInferTask {
  public:
   PredictTask(grpc::CallbackServerContext* context,
               grpc::ServerUnaryReactor* reactor, PredictResponse* response,
               std::vector<InputView> inputs, const Runner* runner,
               Metrics* metrics, Clock* clock, absl::Time start)
-      : context_(context),
-        reactor_(reactor),
+      : RpcInferTask(context, reactor, std::move(inputs), kPredict, metrics,
+                     clock, start),
         response_(response),
-        inputs_(std::move(inputs)),
-        key_(BatchKeyOf(inputs_)),
-        deadline_(DeadlineOf(*context)),
-        runner_(runner),
-        metrics_(metrics),
-        clock_(clock),
-        start_(start) {}
-
-  int64_t rows() const override { return inputs_.front().shape[0]; }
-  absl::string_view batch_key() const override { return key_; }
-  absl::Time deadline() const override { return deadline_; }
-  bool IsCancelled() const override { return context_->IsCancelled(); }
-  const std::vector<InputView>& inputs() const override { return inputs_; }
-
-  void Abort(const absl::Status& status) override { Done(status); }
+        runner_(runner) {}
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
@@ -63,7 +40,7 @@ class PredictTask final : public InferTask {
     response_->set_compute_time_us(absl::ToInt64Microseconds(stats.compute_time));
     response_->set_batch_rows(stats.batch_rows);
     if (!outputs.ok()) {
-      Done(outputs.status());
+      Complete(outputs.status(), stats);
       return;
     }
     const ModelInfo& info = runner_->info();
@@ -77,30 +54,12 @@ class PredictTask final : public InferTask {
       for (int64_t d : o.shape) t->add_shape(d);
       *t->mutable_data() = std::move(o.data);
     }
-    Done(absl::OkStatus());
+    Complete(absl::OkStatus(), stats);
   }
 
  private:
-  void Done(const absl::Status& status) {
-    if (metrics_ != nullptr) {
-      metrics_->RequestFinished(kPredict, status.code(),
-                                clock_->TimeNow() - start_);
-    }
-    // Last touch of this task's RPC: the reactor may be freed after this.
-    // (DefaultReactor() must not be called twice: it re-creates the reactor.)
-    reactor_->Finish(ToGrpcStatus(status));
-  }
-
-  grpc::CallbackServerContext* const context_;
-  grpc::ServerUnaryReactor* const reactor_;
   PredictResponse* const response_;
-  const std::vector<InputView> inputs_;
-  const std::string key_;
-  const absl::Time deadline_;
   const Runner* const runner_;
-  Metrics* const metrics_;
-  Clock* const clock_;
-  const absl::Time start_;
 };
 
 }  // namespace

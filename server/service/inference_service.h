@@ -48,9 +48,6 @@ class InferenceService final : public metalserve::v1::Inference::CallbackService
   const std::string server_version_;
 };
 
-// Deadline of a server call as absl::Time (InfiniteFuture when none).
-absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
-
 }  // namespace metalserve
 
 #endif  // METALSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "server/service/infer_task.h"
 #include "server/service/inference_service.h"
+#include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
 #include "server/service/tensor_codec.h"
 
@@ -211,40 +212,28 @@ void SetInt64Param(absl::string_view key, int64_t value, ModelInferResponse* r) 
 
 // A ModelInfer request in flight. Owned by the batcher, then the batch;
 // finishes its RPC exactly once.
-class KServeTask final : public InferTask {
+class KServeTask final : public RpcInferTask {
  public:
+  // `storage` holds bytes converted from typed contents that `inputs` may
+  // point into; moving the vector keeps its elements where they are.
   KServeTask(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
              const ModelInferRequest* request, ModelInferResponse* response,
              std::vector<std::string> storage, std::vector<InputView> inputs,
              std::vector<size_t> outputs, const Runner* runner, Metrics* metrics,
              KServeStatistics* stats, Clock* clock, absl::Time start)
-      : context_(context),
-        reactor_(reactor),
+      : RpcInferTask(context, reactor, std::move(inputs), kModelInfer, metrics,
+                     clock, start),
         request_(request),
         response_(response),
         storage_(std::move(storage)),
-        inputs_(std::move(inputs)),
         outputs_(std::move(outputs)),
-        key_(BatchKeyOf(inputs_)),
-        deadline_(DeadlineOf(*context)),
         runner_(runner),
-        metrics_(metrics),
-        stats_(stats),
-        clock_(clock),
-        start_(start) {}
-
-  int64_t rows() const override { return inputs_.front().shape[0]; }
-  absl::string_view batch_key() const override { return key_; }
-  absl::Time deadline() const override { return deadline_; }
-  bool IsCancelled() const override { return context_->IsCancelled(); }
-  const std::vector<InputView>& inputs() const override { return inputs_; }
-
-  void Abort(const absl::Status& status) override { Done(status, RunStats{}); }
+        stats_(stats) {}
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
     if (!outputs.ok()) {
-      Done(outputs.status(), stats);
+      Complete(outputs.status(), stats);
       return;
     }
     const ModelInfo& info = runner_->info();
@@ -262,38 +251,25 @@ class KServeTask final : public InferTask {
       for (int64_t d : o.shape) t->add_shape(d);
       *response_->add_raw_output_contents() = std::move(o.data);
     }
-    Done(absl::OkStatus(), stats);
+    Complete(absl::OkStatus(), stats);
   }
 
  private:
-  void Done(const absl::Status& status, const RunStats& run) {
-    const absl::Time now = clock_->TimeNow();
+  void OnComplete(const absl::Status& status, const RunStats& run, absl::Time now,
+                  absl::Duration latency) override {
     if (status.ok()) {
-      stats_->RecordSuccess(rows(), now - start_, run.queue_time, run.compute_time, now);
+      stats_->RecordSuccess(rows(), latency, run.queue_time, run.compute_time, now);
     } else {
-      stats_->RecordFailure(now - start_);
+      stats_->RecordFailure(latency);
     }
-    if (metrics_ != nullptr) metrics_->RequestFinished(kModelInfer, status.code(), now - start_);
-    // Last touch of this task's RPC: the reactor may be freed after this.
-    reactor_->Finish(ToGrpcStatus(status));
   }
 
-  grpc::CallbackServerContext* const context_;
-  grpc::ServerUnaryReactor* const reactor_;
   const ModelInferRequest* const request_;
   ModelInferResponse* const response_;
-  // Bytes converted from typed contents; inputs_ may point into them (a
-  // moved vector keeps its elements where they are).
   const std::vector<std::string> storage_;
-  const std::vector<InputView> inputs_;
   const std::vector<size_t> outputs_;
-  const std::string key_;
-  const absl::Time deadline_;
   const Runner* const runner_;
-  Metrics* const metrics_;
   KServeStatistics* const stats_;
-  Clock* const clock_;
-  const absl::Time start_;
 };
 
 }  // namespace

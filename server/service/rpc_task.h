@@ -1,0 +1,79 @@
+// RpcInferTask: an InferTask that arrived as a unary gRPC call (native
+// Predict or KServe ModelInfer). It finishes its call exactly once, through
+// the reactor the handler returned, after recording the outcome in the
+// metrics; subclasses fill the response and may record more (OnComplete).
+//
+// Ownership: the call's context, reactor, request and response belong to
+// gRPC and stay valid until the reactor is finished; `inputs` are views into
+// the request. Thread-safety: owned by one thread at a time (handler, then
+// batcher, then executor).
+#ifndef METALSERVE_SERVER_SERVICE_RPC_TASK_H_
+#define METALSERVE_SERVER_SERVICE_RPC_TASK_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "server/common/clock.h"
+#include "server/metrics/metrics.h"
+#include "server/service/infer_task.h"
+#include "server/service/status_util.h"
+
+namespace metalserve {
+
+// Deadline of a server call as absl::Time (InfiniteFuture when none).
+absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
+
+class RpcInferTask : public InferTask {
+ public:
+  // `method` must outlive the task (a literal); `metrics` may be null.
+  RpcInferTask(grpc::CallbackServerContext* context,
+               grpc::ServerUnaryReactor* reactor, std::vector<InputView> inputs,
+               absl::string_view method, Metrics* metrics, Clock* clock,
+               absl::Time start)
+      : context_(context),
+        reactor_(reactor),
+        inputs_(std::move(inputs)),
+        key_(BatchKeyOf(inputs_)),
+        deadline_(DeadlineOf(*context)),
+        method_(method),
+        metrics_(metrics),
+        clock_(clock),
+        start_(start) {}
+
+  int64_t rows() const override { return inputs_.front().shape[0]; }
+  absl::string_view batch_key() const override { return key_; }
+  absl::Time deadline() const override { return deadline_; }
+  bool IsCancelled() const override { return context_->IsCancelled(); }
+  const std::vector<InputView>& inputs() const override { return inputs_; }
+  void Abort(const absl::Status& status) override { Complete(status, RunStats{}); }
+
+ protected:
+  // Records the outcome, lets the subclass add to it, and finishes the call.
+  // The last touch of this task's call: the reactor may be freed after it.
+  void Complete(const absl::Status& status, const RunStats& run) {
+    const absl::Time now = clock_->TimeNow();
+    OnComplete(status, run, now, now - start_);
+    if (metrics_ != nullptr) metrics_->RequestFinished(method_, status.code(), now - start_);
+    // DefaultReactor() must not be called twice: it re-creates the reactor.
+    reactor_->Finish(ToGrpcStatus(status));
+  }
+  virtual void OnComplete(const absl::Status& status, const RunStats& run,
+                          absl::Time now, absl::Duration latency) {}
+
+ private:
+  grpc::CallbackServerContext* const context_;
+  grpc::ServerUnaryReactor* const reactor_;
+  const std::vector<InputView> inputs_;
+  const std::string key_;
+  const absl::Time deadline_;
+  const absl::string_view method_;
+  Metrics* const metrics_;
+  Clock* const clock_;
+  const absl::Time start_;
+};
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_SERVICE_RPC_TASK_H_
