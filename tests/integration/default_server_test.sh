@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The README's promise: `metalserve` with no arguments serves the default
+# classifier on 127.0.0.1:8500, and a Predict sent from a separate process
+# (metalserve-bench) returns logits of shape [1, 1000]. Bounded: the server is
+# stopped with SIGTERM at the end, and killed if it outlives the test.
+set -euo pipefail
+server=$1 bench=$2
+work=$(mktemp -d)
+cleanup() {
+  [[ -n "${pid:-}" ]] && kill -KILL "$pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$server" > "$work/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q "ready: gRPC on 127.0.0.1:8500" "$work/server.log" && break
+  kill -0 "$pid" 2>/dev/null || { cat "$work/server.log"; exit 1; }
+  sleep 0.1
+done
+grep -q "ready: gRPC on 127.0.0.1:8500" "$work/server.log" || { echo "not ready"; exit 1; }
+
+"$bench" --requests=3 --concurrency=1 --deadline=30s --output=json \
+  --dump_outputs="$work/out.json" > "$work/bench.json"
+/usr/bin/python3 - "$work/out.json" "$work/bench.json" <<'PY'
+import json, sys
+out = json.load(open(sys.argv[1]))["outputs"]
+assert len(out) == 1 and out[0]["shape"] == [1, 1000], out[0]["shape"]
+run = json.load(open(sys.argv[2]))["runs"][0]
+assert run["ok"] == 3 and not run["errors"], run
+print("default server: logits", out[0]["shape"], "from a separate process; 3/3 ok")
+PY
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+pid=
+grep -q "exit" "$work/server.log"
+exit $rc
