@@ -46,8 +46,10 @@ std::unique_ptr<LoadGenerator> MakeGenerator(const FakeInferenceServer& server,
 
 TEST(LoadGeneratorTest, ClosedLoopThroughputIsConcurrencyOverDelay) {
   // Tolerance: throughput within 35% of concurrency / delay; latency
-  // percentiles at least the delay and at most 1.5x delay + 1 ms.
-  constexpr absl::Duration kDelay = absl::Milliseconds(2);
+  // percentiles at least the delay and at most 1.5x delay + 5 ms. The delay
+  // is long enough (20 ms) that scheduling noise on a loaded 2-core machine,
+  // or under a sanitizer, stays inside the bounds.
+  constexpr absl::Duration kDelay = absl::Milliseconds(20);
   constexpr int kConcurrency = 4;
   auto server = FakeInferenceServer::Start({.delay = kDelay});
   auto gen = MakeGenerator(*server, /*rows=*/3);
@@ -58,17 +60,17 @@ TEST(LoadGeneratorTest, ClosedLoopThroughputIsConcurrencyOverDelay) {
   auto stats = gen->Run(spec);
   ASSERT_TRUE(stats.ok()) << stats.status();
 
-  const double expected = kConcurrency / absl::ToDoubleSeconds(kDelay);  // 2000/s
+  const double expected = kConcurrency / absl::ToDoubleSeconds(kDelay);  // 200/s
   EXPECT_NEAR(stats->RequestsPerSecond(), expected, 0.35 * expected);
   EXPECT_DOUBLE_EQ(stats->RowsPerSecond(), 3 * stats->RequestsPerSecond());
   EXPECT_TRUE(stats->errors.empty());
   for (double p : {50.0, 90.0}) {
     EXPECT_GE(stats->latency.Percentile(p), kDelay) << "p" << p;
-    EXPECT_LE(stats->latency.Percentile(p), 1.5 * kDelay + absl::Milliseconds(1))
+    EXPECT_LE(stats->latency.Percentile(p), 1.5 * kDelay + absl::Milliseconds(5))
         << "p" << p;
   }
   EXPECT_DOUBLE_EQ(stats->MeanServerQueueUs(), FakeInferenceServer::kQueueTimeUs);
-  EXPECT_DOUBLE_EQ(stats->MeanServerComputeUs(), 2000);
+  EXPECT_DOUBLE_EQ(stats->MeanServerComputeUs(), absl::ToInt64Microseconds(kDelay));
   EXPECT_DOUBLE_EQ(stats->MeanBatchRows(), 3);
   EXPECT_GE(stats->elapsed, absl::Seconds(1));
 }
