@@ -370,7 +370,7 @@ class TorchRunner final : public Runner {
   at::ScalarType compute_dtype_ = at::kFloat;
   bool channels_last_ = false;
   std::vector<at::ScalarType> input_types_;
-  std::unique_ptr<DeviceThread> device_thread_;  // MPS and CUDA
+  std::unique_ptr<DeviceThread> device_thread_;  // does all device work
   std::optional<torch::jit::Module> module_;
   std::unique_ptr<DeviceMemoryOps> memory_ops_;
   std::unique_ptr<CachePolicy> cache_policy_;
@@ -431,14 +431,19 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
   if (options.threads > 0) at::set_num_threads(options.threads);
   LOG(INFO) << "runtime: intra-op threads " << at::get_num_threads();
 
-  // MPS and CUDA: one thread owns all device work. On MPS two threads doing
-  // MPS work can crash inside Metal. On CUDA, cuDNN's autotuner cache and
-  // handles are per thread: a forward from a thread that did not warm up
-  // re-tunes every convolution for every batch size (measured on an H200:
-  // ResNet-50 batches of 32 took 470 ms instead of 16 ms when run from the
-  // executor threads), so warm-up and serving must share one thread.
-  if (runner->device_.device.is_mps() || runner->device_.device.is_cuda()) {
-    runner->device_thread_ = std::make_unique<DeviceThread>();
+  // One thread owns all device work, load and warm-up included, on every
+  // device. On MPS two threads doing MPS work can crash inside Metal. On
+  // CUDA, cuDNN's autotuner cache and handles are per thread: a forward from
+  // a thread that did not warm up re-tunes every convolution for every batch
+  // size (measured on an H200: ResNet-50 batches of 32 took 470 ms instead of
+  // 16 ms from the executor threads). On CPU, a forward from another thread
+  // than the one that loaded and warmed up ran 1.4x slower (mobilenet_v3_small,
+  // LibTorch 1.13: 15.2 ms against 10.9 ms at batch 1; 11.3 ms on the owner
+  // thread).
+  runner->device_thread_ = std::make_unique<DeviceThread>();
+  // OpenMP's thread count is per calling thread: set it where forwards run.
+  if (options.threads > 0) {
+    runner->OnDevice([&] { at::set_num_threads(options.threads); });
   }
   if (runner->device_.device.is_mps()) {
     runner->memory_ops_ = std::make_unique<MpsMemoryOps>(runner->device_thread_.get());
