@@ -19,19 +19,15 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "tests", "testing"))
+from proc_util import Process, free_port, http_get  # noqa: E402
 
 
 def rss_kib(pid):
@@ -46,8 +42,7 @@ def device_bytes(metrics_port):
     """Sum of metalserve_device_memory_bytes series (allocated etc.); None
     when the gauge is absent (CPU reports none)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2) as r:
-            text = r.read().decode()
+        _, text = http_get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2)
     except OSError:
         return None
     vals = {}
@@ -86,11 +81,10 @@ def main():
     port, mport = free_port(), free_port()
     tmp = tempfile.mkdtemp(prefix="metalserve_soak_")
     log_path = os.path.join(tmp, "server.log")
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(
-            [args.server, f"--model={args.model}", f"--address=127.0.0.1:{port}",
-             f"--metrics_address=127.0.0.1:{mport}", "--monitor_log_interval=0"]
-            + args.server_args.split(), stdout=log, stderr=subprocess.STDOUT)
+    server = Process(
+        [args.server, f"--model={args.model}", f"--address=127.0.0.1:{port}",
+         f"--metrics_address=127.0.0.1:{mport}", "--monitor_log_interval=0"]
+        + args.server_args.split(), log_path)
     samples = []  # (seconds since start, requests done, rss KiB, device dict)
     done = {"n": 0}
     stop = threading.Event()
@@ -134,12 +128,7 @@ def main():
         elapsed = time.monotonic() - t0
     finally:
         stop.set()
-        server.terminate()
-        try:
-            server.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        server.stop(grace=40)
 
     base_rss = baseline[2]
     last_rss = samples[-1][2]

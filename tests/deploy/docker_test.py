@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,10 @@ import unittest
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
 import deploy_common  # noqa: E402
+from proc_util import Process, free_port  # noqa: E402
 
 ARGS = None
 DOCKERFILES = ("Dockerfile.cpu", "Dockerfile.cuda")
@@ -67,12 +69,6 @@ def stages(instrs):
 
 def exec_form(text):
     return json.loads(text) if text.startswith("[") else shlex.split(text)
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Dockerfiles(unittest.TestCase):
@@ -169,12 +165,11 @@ class Dockerfiles(unittest.TestCase):
         cmd = self.healthcheck_command("Dockerfile.cpu", port)
         self.assertNotEqual(subprocess.run(cmd, timeout=10, capture_output=True).returncode,
                             0, "healthy with nothing listening")
-        proc = subprocess.Popen([ARGS.server, f"--model={ARGS.model}",
-                                 f"--address=127.0.0.1:{grpc_port}",
-                                 f"--metrics_address=127.0.0.1:{port}",
-                                 "--device=cpu", "--threads=1",
-                                 "--monitor_log_interval=0"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = Process([ARGS.server, f"--model={ARGS.model}",
+                        f"--address=127.0.0.1:{grpc_port}",
+                        f"--metrics_address=127.0.0.1:{port}",
+                        "--device=cpu", "--threads=1",
+                        "--monitor_log_interval=0"])
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
@@ -187,12 +182,7 @@ class Dockerfiles(unittest.TestCase):
             # Both images use the same probe.
             self.assertEqual(self.healthcheck_command("Dockerfile.cuda", port), cmd)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            proc.stop(grace=20)
 
 
 def main():

@@ -30,15 +30,16 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
 
 ARGS = None
 
@@ -46,37 +47,6 @@ N_SPREAD = 600      # requests in the even-spread run
 N_FAILOVER = 1500   # requests in the failover run
 CONCURRENCY = 6
 SPREAD_TOLERANCE = 0.20
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(what, predicate, deadline, interval=0.1):
-    """Polls `predicate` until it returns a truthy value or `deadline`
-    (time.monotonic()) passes; returns the value or raises AssertionError."""
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except AssertionError:
-            raise
-        except Exception as e:  # not up yet
-            last_error = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last error: {last_error!r}")
-
-
-def tail(path, lines=30):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 OK_LINE = re.compile(
@@ -101,7 +71,7 @@ def inflight(metrics_text):
     return int(float(m.group(1))) if m else 0
 
 
-class Server:
+class Server(Process):
     """One metalserve child process with its own ports and log file."""
 
     def __init__(self, index, tmp):
@@ -109,9 +79,7 @@ class Server:
         self.grpc_port = free_port()
         self.metrics_port = free_port()
         self.address = f"127.0.0.1:{self.grpc_port}"
-        self.log_path = os.path.join(tmp, f"metalserve{index}.log")
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([
+        super().__init__([
             ARGS.server,
             f"--model={ARGS.model}",
             f"--address={self.address}",
@@ -119,33 +87,14 @@ class Server:
             "--device=cpu", "--threads=1", "--executors=1",
             "--max_batch_size=8", "--max_queue_delay=1ms",
             "--monitor_log_interval=0",
-        ], stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def alive(self):
-        return self.proc.poll() is None
+        ], os.path.join(tmp, f"metalserve{index}.log"), name=f"metalserve{index}")
 
     def scrape(self, timeout=5):
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.read().decode()
+        return http_get(url, timeout=timeout)[1]
 
     def predict_ok(self):
         return predict_ok(self.scrape())
-
-    def kill(self):
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self, grace=15):
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
 
 
 class ScaleOut(unittest.TestCase):
@@ -213,7 +162,7 @@ class ScaleOut(unittest.TestCase):
         def healthy():
             if not server.alive():
                 raise AssertionError(f"metalserve {server.index} exited early:\n"
-                                     + tail(server.log_path))
+                                     + tail(server.log_path, 30))
             for name in ("", "metalserve.v1.Inference"):
                 reply = stub.Check(cls.health_pb2.HealthCheckRequest(service=name),
                                    timeout=2)

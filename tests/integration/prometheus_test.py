@@ -21,8 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -30,7 +28,10 @@ import tempfile
 import time
 import unittest
 import urllib.parse
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
 
 ARGS = None
 
@@ -40,65 +41,7 @@ N_INVALID = 6      # rejected by validation: INVALID_ARGUMENT
 N_DEADLINE = 4     # 1 row, deadline far shorter than --max_queue_delay
 DEADLINE_S = 0.3
 QUEUE_DELAY = "5s"  # a lone 1-row request waits this long for company
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(what, predicate, deadline, interval=0.2):
-    """Polls `predicate` until it returns a truthy value or `deadline`
-    (time.monotonic()) passes; returns the value or raises AssertionError."""
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as e:  # not up yet
-            last_error = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last error: {last_error!r}")
-
-
-def http_get(url, timeout=5):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read().decode()
-
-
-def tail(path, lines=40):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-class Process:
-    """A child process whose output goes to a log file; stop() ends it."""
-
-    def __init__(self, name, argv, log_path):
-        self.name = name
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self._log,
-                                     stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self, grace=15):
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
+POLL_S = 0.2       # wait_for interval
 
 
 class PrometheusScrapesMetalserve(unittest.TestCase):
@@ -139,7 +82,7 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
         cls.grpc_port = free_port()
         cls.metrics_port = free_port()
         cls.prom_port = free_port()
-        server = Process("metalserve", [
+        server = Process([
             ARGS.server,
             f"--model={ARGS.model}",
             f"--address=127.0.0.1:{cls.grpc_port}",
@@ -148,7 +91,7 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
             f"--max_batch_size={ROWS_OK}",
             f"--max_queue_delay={QUEUE_DELAY}",
             "--monitor_log_interval=0",
-        ], os.path.join(cls.tmp, "metalserve.log"))
+        ], os.path.join(cls.tmp, "metalserve.log"), name="metalserve")
         cls.procs.append(server)
         cls.server = server
 
@@ -163,13 +106,13 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
                 "  - job_name: metalserve\n"
                 "    static_configs:\n"
                 f"      - targets: ['127.0.0.1:{cls.metrics_port}']\n")
-        cls.procs.append(Process("prometheus", [
+        cls.procs.append(Process([
             ARGS.prometheus,
             f"--config.file={config}",
             f"--storage.tsdb.path={os.path.join(cls.tmp, 'tsdb')}",
             f"--web.listen-address=127.0.0.1:{cls.prom_port}",
             "--log.level=warn",
-        ], os.path.join(cls.tmp, "prometheus.log")))
+        ], os.path.join(cls.tmp, "prometheus.log"), name="prometheus"))
 
         def server_ready():
             if not server.alive():
@@ -179,7 +122,8 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
             return "\nmetalserve_ready 1" in body
 
         try:
-            wait_for("metalserve to report ready", server_ready, cls.deadline)
+            wait_for("metalserve to report ready", server_ready, cls.deadline,
+                     interval=POLL_S)
         except AssertionError as e:
             raise AssertionError(f"{e}\n--- metalserve log ---\n"
                                  f"{tail(server.log_path)}") from None
@@ -192,7 +136,7 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
 
         wait_for("prometheus to be ready",
                  lambda: http_get(f"http://127.0.0.1:{cls.prom_port}/-/ready")[0] == 200,
-                 cls.deadline)
+                 cls.deadline, interval=POLL_S)
 
     @classmethod
     def _load_stubs(cls):
@@ -265,7 +209,7 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
         # pre-created per-code series.
         wait_for("a first scrape",
                  lambda: "OK" in code_values() and self.scalar(f'up{{{job}}}') == 1,
-                 self.deadline)
+                 self.deadline, interval=POLL_S)
         before = code_values()
         before_duration = self.scalar(duration_count) or 0
         before_queue = self.scalar(queue_count) or 0
@@ -305,7 +249,8 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
         # code: a wrong code fails at once rather than at the timeout.
         try:
             wait_for("Prometheus to hold the new counts",
-                     lambda: sum(deltas().values()) >= total, self.deadline)
+                     lambda: sum(deltas().values()) >= total, self.deadline,
+                     interval=POLL_S)
         except AssertionError:
             self.fail(f"per-code deltas in Prometheus {deltas()} != sent {sent}"
                       f"\n--- metalserve log ---\n{tail(self.server.log_path)}")
@@ -332,7 +277,7 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
              lambda: self.scalar(f'metalserve_inflight_requests{{{job}}}') == 0),
         ]
         for what, check in checks:
-            wait_for(what, check, self.deadline)
+            wait_for(what, check, self.deadline, interval=POLL_S)
 
 
 def main():

@@ -18,19 +18,15 @@ import argparse
 import json
 import math
 import os
-import signal
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from proc_util import Process, free_port  # noqa: E402
 
 
 def fail(msg):
@@ -104,11 +100,10 @@ def main():
 
         port = free_port()
         target = f"127.0.0.1:{port}"
-        log = open(os.path.join(tmp, "server.log"), "w+")
-        server = subprocess.Popen(
+        server = Process(
             [args.server, f"--model={args.model}", f"--address={target}",
              "--metrics_address=", "--threads=1"],
-            stdout=log, stderr=subprocess.STDOUT)
+            os.path.join(tmp, "server.log"))
         try:
             dumps = {}
             for protocol in ("native", "kserve"):
@@ -120,8 +115,8 @@ def main():
                     if p.returncode == 0:
                         break
                     if server.poll() is not None:
-                        log.seek(0)
-                        fail(f"metalserve exited with {server.returncode}:\n{log.read()}")
+                        with open(server.log_path, errors="replace") as log:
+                            fail(f"metalserve exited with {server.returncode}:\n{log.read()}")
                     remaining(deadline)
                     time.sleep(0.5)  # the server is still loading the model
                 with open(out) as f:
@@ -144,14 +139,7 @@ def main():
                     dumps["kserve"])
             compare("metalserve-bench kserve vs native", dumps["kserve"], dumps["native"])
         finally:
-            if server.poll() is None:
-                server.send_signal(signal.SIGTERM)
-                try:
-                    server.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
-            log.close()
+            server.stop(grace=20)
     print("PASS", flush=True)
 
 

@@ -22,32 +22,21 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from proc_util import Process, free_port, tail  # noqa: E402
+
 ARGS = None
 REQUESTS = 6000
 RATE = 1000           # requests/s: about 6 s of load; SIGTERM at ~2 s
 GRACE_S = 1.0
 SHUTDOWN_TIMEOUT_S = 10.0
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tail(path, n=40):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return ""
 
 
 class DrainTest(unittest.TestCase):
@@ -76,8 +65,7 @@ class DrainTest(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def spawn(self, args, log_name):
-        with open(os.path.join(self.tmp, log_name), "w") as log:
-            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        p = Process(args, os.path.join(self.tmp, log_name))
         self.procs.append(p)
         return p
 
