@@ -1,15 +1,12 @@
 // metalserve-bench end to end: the binary against an in-process fake server
 // on 127.0.0.1, bounded by --requests and --deadline.
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/fake_inference_server.h"
+#include "tests/testing/subprocess.h"
 
 namespace metalserve::client {
 namespace {
@@ -18,23 +15,11 @@ using ::metalserve::testing::FakeInferenceServer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
+using Outcome = ::metalserve::testing::CommandOutcome;
 
 Outcome RunBench(const std::string& args) {
-  const std::string cmd = absl::StrCat(METALSERVE_BENCH_BINARY, " ", args,
-                                       " --progress=off 2>&1");
-  Outcome o;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) o.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
+  return ::metalserve::testing::RunCommand(
+      absl::StrCat(METALSERVE_BENCH_BINARY, " ", args, " --progress=off"));
 }
 
 TEST(MetalserveBenchCliTest, TakesShapeFromMetadataAndPrintsJson) {

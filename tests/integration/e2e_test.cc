@@ -15,6 +15,7 @@
 #include "server/runtime/torch_runner.h"
 #include "server/service/server.h"
 #include "tests/integration/torch_reference.h"
+#include "tests/testing/fake_runner_server.h"
 
 namespace metalserve {
 namespace {
@@ -41,11 +42,8 @@ class E2eTest : public ::testing::Test {
     auto runner = CreateTorchRunner(ro);
     ASSERT_TRUE(runner.ok()) << runner.status();
     runner_ = *std::move(runner);
-    MetricsOptions mo;
-    mo.listen_address = "";
-    metrics_ = *Metrics::Create(mo);
-    ServerOptions so;
-    so.address = "127.0.0.1:0";
+    metrics_ = testing::MetricsWithoutListener();
+    ServerOptions so = testing::LoopbackServerOptions();
     so.batching = batching;
     auto server = InferenceServer::Start(so, runner_.get(), metrics_.get());
     ASSERT_TRUE(server.ok()) << server.status();
@@ -188,11 +186,8 @@ TEST_P(BatchInvarianceTest, RowOutputDoesNotDependOnBatchOrPosition) {
   runner_ = *std::move(runner);
   LOG(INFO) << model << ": optimization " << runner_->info().optimization << " ("
             << runner_->info().optimization_reason << ")";
-  MetricsOptions mo;
-  mo.listen_address = "";
-  metrics_ = *Metrics::Create(mo);
-  ServerOptions so;
-  so.address = "127.0.0.1:0";
+  metrics_ = testing::MetricsWithoutListener();
+  ServerOptions so = testing::LoopbackServerOptions();
   so.batching.max_batch_size = 4;
   so.batching.allowed_batch_sizes = {1, 2, 4};
   so.batching.max_queue_delay = absl::Seconds(5);  // four requests close a full batch

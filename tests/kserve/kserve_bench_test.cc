@@ -1,9 +1,6 @@
 // metalserve-bench over the Open Inference Protocol: the load generator and
 // the binary against an in-process server (fake runner, output = 2 * input)
 // on 127.0.0.1, bounded by request counts and deadlines.
-#include <sys/wait.h>
-
-#include <array>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -21,29 +18,20 @@
 #include "server/metrics/metrics.h"
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
+#include "tests/testing/fake_runner_server.h"
+#include "tests/testing/subprocess.h"
 
 namespace metalserve {
 namespace {
 
+using ::metalserve::testing::FakeRunnerServerTest;
 using ::testing::HasSubstr;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
+using Outcome = ::metalserve::testing::CommandOutcome;
 
 Outcome RunBench(const std::string& args) {
-  const std::string cmd = absl::StrCat(METALSERVE_BENCH_BINARY, " ", args,
-                                       " --progress=off 2>&1");
-  Outcome o;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) o.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
+  return ::metalserve::testing::RunCommand(
+      absl::StrCat(METALSERVE_BENCH_BINARY, " ", args, " --progress=off"));
 }
 
 std::string ReadFile(const std::string& path) {
@@ -58,23 +46,12 @@ std::string TempPath(const std::string& name) {
   return absl::StrCat(dir != nullptr ? dir : "/tmp", "/kserve_bench_", getpid(), "_", name);
 }
 
-class KServeBenchTest : public ::testing::Test {
+class KServeBenchTest : public FakeRunnerServerTest {
  protected:
   void SetUp() override {
-    MetricsOptions mo;
-    mo.listen_address = "";
-    metrics_ = *Metrics::Create(mo);
-    ServerOptions so;
-    so.address = "127.0.0.1:0";
-    so.batching.max_batch_size = 8;
-    so.batching.max_queue_delay = absl::Milliseconds(1);
-    auto server = InferenceServer::Start(so, &runner_, metrics_.get());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    target_ = absl::StrCat("127.0.0.1:", server_->port());
-  }
-  void TearDown() override {
-    if (server_) server_->Shutdown(absl::Seconds(5));
+    const absl::Status started = StartFakeServer(testing::LoopbackServerOptions());
+    ASSERT_TRUE(started.ok()) << started;
+    target_ = ServerTarget();
   }
 
   int64_t KServeSuccesses() {
@@ -89,9 +66,6 @@ class KServeBenchTest : public ::testing::Test {
                : -1;
   }
 
-  FakeRunner runner_;
-  std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<InferenceServer> server_;
   std::string target_;
 };
 

@@ -16,12 +16,15 @@
 #include "server/metrics/metrics.h"
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
+#include "tests/testing/fake_runner_server.h"
 
 namespace metalserve {
 namespace {
 
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
+using ::metalserve::testing::FakeRunnerServerTest;
+using ::metalserve::testing::Floats;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -57,33 +60,15 @@ ModelInferRequest TypedRequest(int64_t rows, float first) {
   return req;
 }
 
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), v.size() * 4);
-  return v;
-}
-
-class KServeTest : public ::testing::Test {
+class KServeTest : public FakeRunnerServerTest {
  protected:
   void SetUp() override {
-    MetricsOptions mo;
-    mo.listen_address = "";
-    metrics_ = *Metrics::Create(mo);
-    ServerOptions so;
-    so.address = "127.0.0.1:0";
+    ServerOptions so = testing::LoopbackServerOptions();
     so.version = "9.8.7";
-    so.batching.max_batch_size = 8;
-    so.batching.max_queue_delay = absl::Milliseconds(1);
-    auto server = InferenceServer::Start(so, &runner_, metrics_.get());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                   grpc::InsecureChannelCredentials());
+    const absl::Status started = StartFakeServer(so);
+    ASSERT_TRUE(started.ok()) << started;
+    channel_ = grpc::CreateChannel(ServerTarget(), grpc::InsecureChannelCredentials());
     stub_ = inference::GRPCInferenceService::NewStub(channel_);
-  }
-  void TearDown() override {
-    runner_.OpenGate();
-    if (server_) server_->Shutdown(absl::Seconds(5));
   }
 
   std::unique_ptr<grpc::ClientContext> Ctx() {
@@ -115,9 +100,6 @@ class KServeTest : public ::testing::Test {
     return r.model_stats_size() > 0 ? r.model_stats(0) : inference::ModelStatistics{};
   }
 
-  FakeRunner runner_;
-  std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<InferenceServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
 };

@@ -33,37 +33,22 @@
 #include "server/metrics/metrics.h"
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
+#include "tests/testing/fake_runner_server.h"
 
 extern char** environ;
 
 namespace metalserve {
 namespace {
 
-using metalserve::v1::DATA_TYPE_FLOAT32;
 using metalserve::v1::PredictRequest;
 using metalserve::v1::PredictResponse;
+using ::metalserve::testing::ExpectDoubled;
+using ::metalserve::testing::Floats;
+using ::metalserve::testing::MakeRequest;
+using ::metalserve::testing::NativeFakeServerTest;
 using ::testing::HasSubstr;
 
 constexpr int64_t kW = FakeRunner::kWidth;
-
-PredictRequest MakeRequest(int64_t rows, float first) {
-  PredictRequest req;
-  auto* t = req.add_inputs();
-  t->set_name("input");
-  t->set_dtype(DATA_TYPE_FLOAT32);
-  t->add_shape(rows);
-  t->add_shape(kW);
-  std::vector<float> v(rows * kW);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = first + static_cast<float>(i);
-  t->set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
-  return req;
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), v.size() * 4);
-  return v;
-}
 
 // Counts finished async calls by outcome; waits are bounded.
 class Outcomes {
@@ -112,45 +97,12 @@ struct AsyncCall {
   grpc::Status status;
 };
 
-class ReliabilityTest : public ::testing::Test {
+class ReliabilityTest : public NativeFakeServerTest {
  protected:
   // Options of a loopback server on a free port, batches of up to 8 rows.
-  static ServerOptions Opts() {
-    ServerOptions so;
-    so.address = "127.0.0.1:0";
-    so.batching.max_batch_size = 8;
-    so.batching.max_queue_delay = absl::Milliseconds(1);
-    return so;
-  }
+  static ServerOptions Opts() { return testing::LoopbackServerOptions(); }
 
-  void StartServer(ServerOptions so = Opts()) {
-    MetricsOptions mo;
-    mo.listen_address = "";
-    metrics_ = *Metrics::Create(mo);
-    auto server = InferenceServer::Start(so, &runner_, metrics_.get());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    Connect(grpc::InsecureChannelCredentials());
-  }
-
-  void Connect(std::shared_ptr<grpc::ChannelCredentials> creds,
-               const grpc::ChannelArguments& args = {}) {
-    channel_ = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                         creds, args);
-    stub_ = metalserve::v1::Inference::NewStub(channel_);
-  }
-
-  void TearDown() override {
-    runner_.OpenGate();
-    if (server_) server_->Shutdown(absl::Seconds(5));
-  }
-
-  grpc::Status Call(const PredictRequest& req, PredictResponse* resp,
-                    absl::Duration timeout = absl::Seconds(10)) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return stub_->Predict(&ctx, req, resp);
-  }
+  void StartServer(ServerOptions so = Opts()) { StartServerAndConnect(so); }
 
   void StartAsync(AsyncCall* c, Outcomes* out, absl::Duration timeout = absl::Seconds(30)) {
     c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -178,14 +130,6 @@ class ReliabilityTest : public ::testing::Test {
     return false;
   }
 
-  void ExpectDoubled(const PredictRequest& req, const PredictResponse& resp) {
-    ASSERT_EQ(resp.outputs_size(), 1);
-    const auto in = Floats(req.inputs(0).data());
-    const auto out = Floats(resp.outputs(0).data());
-    ASSERT_EQ(in.size(), out.size());
-    for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(out[i], 2 * in[i]) << i;
-  }
-
   void ExpectStillServing() {
     PredictResponse resp;
     PredictRequest req = MakeRequest(1, 5);
@@ -193,12 +137,6 @@ class ReliabilityTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.error_message();
     ExpectDoubled(req, resp);
   }
-
-  FakeRunner runner_;
-  std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<InferenceServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<metalserve::v1::Inference::Stub> stub_;
 };
 
 // ---------------------------------------------------------------- overload

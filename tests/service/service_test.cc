@@ -1,10 +1,9 @@
 // The native service over real gRPC on 127.0.0.1, with a fake runner.
-#include <cstring>
-#include <memory>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -14,71 +13,29 @@
 #include "server/metrics/metrics.h"
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
+#include "tests/testing/fake_runner_server.h"
 
 namespace metalserve {
 namespace {
 
 using metalserve::v1::DATA_TYPE_FLOAT16;
-using metalserve::v1::DATA_TYPE_FLOAT32;
 using metalserve::v1::PredictRequest;
 using metalserve::v1::PredictResponse;
+using ::metalserve::testing::MakeRequest;
+using ::metalserve::testing::NativeFakeServerTest;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr int64_t kW = FakeRunner::kWidth;
 
-PredictRequest MakeRequest(int64_t rows, float first, float step = 1) {
-  PredictRequest req;
-  auto* t = req.add_inputs();
-  t->set_name("input");
-  t->set_dtype(DATA_TYPE_FLOAT32);
-  t->add_shape(rows);
-  t->add_shape(kW);
-  std::vector<float> v(rows * kW);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = first + step * static_cast<float>(i);
-  t->set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
-  return req;
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), v.size() * 4);
-  return v;
-}
-
-class ServiceTest : public ::testing::Test {
+class ServiceTest : public NativeFakeServerTest {
  protected:
   void StartServer(BatcherOptions batching) {
-    MetricsOptions mo;
-    mo.listen_address = "";
-    metrics_ = *Metrics::Create(mo);
-    ServerOptions so;
-    so.address = "127.0.0.1:0";
+    ServerOptions so = testing::LoopbackServerOptions();
     so.batching = batching;
-    auto server = InferenceServer::Start(so, &runner_, metrics_.get());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = metalserve::v1::Inference::NewStub(channel_);
+    StartServerAndConnect(so);
   }
-  void StartServer() {
-    BatcherOptions b;
-    b.max_batch_size = 8;
-    b.max_queue_delay = absl::Milliseconds(1);
-    StartServer(b);
-  }
-  void TearDown() override {
-    runner_.OpenGate();
-    if (server_) server_->Shutdown(absl::Seconds(5));
-  }
-
-  grpc::Status Call(const PredictRequest& req, PredictResponse* resp,
-                    absl::Duration timeout = absl::Seconds(10)) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return stub_->Predict(&ctx, req, resp);
-  }
+  void StartServer() { StartServerAndConnect(testing::LoopbackServerOptions()); }
 
   // Sends `reqs` concurrently; returns statuses and responses in order.
   void CallAll(const std::vector<PredictRequest>& reqs,
@@ -93,12 +50,9 @@ class ServiceTest : public ::testing::Test {
     for (auto& t : threads) t.join();
   }
 
+  // The values are doubled and the output has the request's rows.
   void ExpectDoubled(const PredictRequest& req, const PredictResponse& resp) {
-    ASSERT_EQ(resp.outputs_size(), 1);
-    const auto in = Floats(req.inputs(0).data());
-    const auto out = Floats(resp.outputs(0).data());
-    ASSERT_EQ(in.size(), out.size());
-    for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(out[i], 2 * in[i]) << i;
+    ASSERT_NO_FATAL_FAILURE(testing::ExpectDoubled(req, resp));
     EXPECT_EQ(resp.outputs(0).shape(0), req.inputs(0).shape(0));
   }
 
@@ -108,12 +62,6 @@ class ServiceTest : public ::testing::Test {
     ASSERT_TRUE(Call(req, &resp).ok());
     ExpectDoubled(req, resp);
   }
-
-  FakeRunner runner_;
-  std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<InferenceServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<metalserve::v1::Inference::Stub> stub_;
 };
 
 TEST_F(ServiceTest, PredictReturnsEachRequestItsOwnRows) {

@@ -1,0 +1,89 @@
+#include "tests/testing/fake_runner_server.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace metalserve::testing {
+
+std::unique_ptr<Metrics> MetricsWithoutListener() {
+  MetricsOptions mo;
+  mo.listen_address = "";
+  return *Metrics::Create(mo);
+}
+
+ServerOptions LoopbackServerOptions() {
+  ServerOptions so;
+  so.address = "127.0.0.1:0";
+  so.batching.max_batch_size = 8;
+  so.batching.max_queue_delay = absl::Milliseconds(1);
+  return so;
+}
+
+absl::Status FakeRunnerServerTest::StartFakeServer(const ServerOptions& so) {
+  metrics_ = MetricsWithoutListener();
+  auto server = InferenceServer::Start(so, &runner_, metrics_.get());
+  if (!server.ok()) return server.status();
+  server_ = *std::move(server);
+  return absl::OkStatus();
+}
+
+std::string FakeRunnerServerTest::ServerTarget() const {
+  return absl::StrCat("127.0.0.1:", server_->port());
+}
+
+void FakeRunnerServerTest::TearDown() {
+  runner_.OpenGate();
+  if (server_) server_->Shutdown(absl::Seconds(5));
+}
+
+void NativeFakeServerTest::StartServerAndConnect(const ServerOptions& so) {
+  const absl::Status started = StartFakeServer(so);
+  ASSERT_TRUE(started.ok()) << started;
+  Connect(grpc::InsecureChannelCredentials());
+}
+
+void NativeFakeServerTest::Connect(std::shared_ptr<grpc::ChannelCredentials> creds,
+                                   const grpc::ChannelArguments& args) {
+  channel_ = grpc::CreateCustomChannel(ServerTarget(), creds, args);
+  stub_ = v1::Inference::NewStub(channel_);
+}
+
+grpc::Status NativeFakeServerTest::Call(const v1::PredictRequest& req,
+                                        v1::PredictResponse* resp, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return stub_->Predict(&ctx, req, resp);
+}
+
+v1::PredictRequest MakeRequest(int64_t rows, float first, float step) {
+  constexpr int64_t kW = FakeRunner::kWidth;
+  v1::PredictRequest req;
+  auto* t = req.add_inputs();
+  t->set_name("input");
+  t->set_dtype(v1::DATA_TYPE_FLOAT32);
+  t->add_shape(rows);
+  t->add_shape(kW);
+  std::vector<float> v(rows * kW);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = first + step * static_cast<float>(i);
+  t->set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+  return req;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+void ExpectDoubled(const v1::PredictRequest& req, const v1::PredictResponse& resp) {
+  ASSERT_EQ(resp.outputs_size(), 1);
+  const auto in = Floats(req.inputs(0).data());
+  const auto out = Floats(resp.outputs(0).data());
+  ASSERT_EQ(in.size(), out.size());
+  for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(out[i], 2 * in[i]) << i;
+}
+
+}  // namespace metalserve::testing
