@@ -185,7 +185,7 @@ def main():
                    help="padding sizes for the batching server (default: none)")
     p.add_argument("--max_queue_delay", default="2ms")
     p.add_argument("--executors", type=int, default=2)
-    p.add_argument("--device_concurrency", type=int, default=1)
+    p.add_argument("--device_concurrency", type=int, default=2)
     p.add_argument("--duration", type=float, default=5)
     p.add_argument("--warmup", type=float, default=1)
     p.add_argument("--raw_min_time", type=float, default=2)

@@ -44,7 +44,10 @@ ABSL_FLAG(std::vector<std::string>, allowed_batch_sizes, {},
 ABSL_FLAG(int64_t, max_queue_size, 1024, "Most rows waiting; beyond it requests get UNAVAILABLE");
 ABSL_FLAG(int, executors, 2,
           "Executor threads forming batches; with 2, batch N+1 is prepared while N computes");
-ABSL_FLAG(int, device_concurrency, 1, "Batches on the device at once (1 on MPS and CPU)");
+ABSL_FLAG(int, device_concurrency, 2,
+          "Batches handed to the runtime at once. The runtime serialises device work "
+          "on its own thread; 2 lets the next batch's host copy overlap the current "
+          "batch's compute");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC message in bytes (default 64 MiB: about 100 fp32 3x224x224 images)");
 ABSL_FLAG(int64_t, empty_cache_every, 0, "Empty the device cache every N batches; 0 = off");

@@ -13,10 +13,38 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/common/tensor.h"
 
 namespace metalserve {
+
+// One input of a batch given as pieces: the byte ranges in `pieces` (whole
+// rows, row-major, in batch order; views into the requests) are concatenated
+// and zero rows appended up to shape[0] (padding).
+struct BatchedInput {
+  DType dtype = DType::kInvalid;
+  std::vector<int64_t> shape;  // padded rows first
+  std::vector<absl::string_view> pieces;
+
+  int64_t RowBytes() const {
+    int64_t n = ItemSize(dtype);
+    for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+    return n;
+  }
+  // The contiguous tensor the pieces describe (one copy).
+  Tensor Assemble(std::string name) const {
+    Tensor t;
+    t.name = std::move(name);
+    t.dtype = dtype;
+    t.shape = shape;
+    const size_t total = static_cast<size_t>(RowBytes() * shape[0]);
+    t.data.reserve(total);
+    for (absl::string_view p : pieces) t.data.append(p.data(), p.size());
+    t.data.resize(total, '\0');
+    return t;
+  }
+};
 
 struct ModelInfo {
   std::string name;           // e.g. "resnet18"
@@ -54,6 +82,22 @@ class Runner {
   // model that throws (the message carries the model's).
   virtual absl::StatusOr<std::vector<Tensor>> Run(
       const std::vector<Tensor>& inputs) = 0;
+
+  // Runs a batch given as row pieces, with Run's contract. The default
+  // assembles the pieces and calls Run; a runtime overrides it to copy the
+  // pieces once, on the caller's thread, straight into memory the device can
+  // read (pinned host memory on CUDA), so that the copy overlaps the
+  // previous batch's compute instead of following it.
+  virtual absl::StatusOr<std::vector<Tensor>> RunBatch(
+      const std::vector<BatchedInput>& inputs) {
+    std::vector<Tensor> tensors;
+    tensors.reserve(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      tensors.push_back(inputs[i].Assemble(
+          i < info().inputs.size() ? info().inputs[i].name : std::string()));
+    }
+    return Run(tensors);
+  }
 
   virtual MemoryStats Memory() = 0;
 

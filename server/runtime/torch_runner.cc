@@ -331,6 +331,8 @@ class TorchRunner final : public Runner {
 
   const ModelInfo& info() const override { return info_; }
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override;
+  absl::StatusOr<std::vector<Tensor>> RunBatch(
+      const std::vector<BatchedInput>& inputs) override;
   MemoryStats Memory() override { return memory_ops_->Stats(); }
   void BetweenBatches(bool idle) override { cache_policy_->BetweenBatches(idle); }
 
@@ -347,10 +349,17 @@ class TorchRunner final : public Runner {
   }
   absl::Status Load(const RuntimeOptions& options, Level level);
   absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
-  std::vector<c10::IValue> ToDevice(const std::vector<Tensor>& inputs) const;
+  absl::Status CheckInput(size_t i, DType dtype, const std::vector<int64_t>& shape,
+                          int64_t bytes, int64_t rows) const;
+  // Host tensors for a batch: views of `inputs` (no copy), or the pieces
+  // copied once into fresh (on CUDA pinned) memory with zero padding.
+  std::vector<at::Tensor> HostViews(const std::vector<Tensor>& inputs) const;
+  std::vector<at::Tensor> HostCopies(const std::vector<BatchedInput>& inputs) const;
+  std::vector<c10::IValue> ToDevice(const std::vector<at::Tensor>& host) const;
   absl::StatusOr<std::vector<Tensor>> FromDevice(const c10::IValue& out) const;
   absl::StatusOr<std::vector<Tensor>> RunOnDeviceThread(
-      const std::vector<Tensor>& inputs);
+      const std::vector<at::Tensor>& host);
+  absl::StatusOr<std::vector<Tensor>> RunHost(const std::vector<at::Tensor>& host);
 
   // Model work on this runner's device, for verification and warm-up.
   absl::StatusOr<std::vector<at::Tensor>> Forward(torch::jit::Module& m,
@@ -715,37 +724,44 @@ absl::StatusOr<std::string> TorchRunner::Compare(
   return absl::StrJoin(problems, ", ");
 }
 
+absl::Status TorchRunner::CheckInput(size_t i, DType dtype,
+                                     const std::vector<int64_t>& shape,
+                                     int64_t bytes, int64_t rows) const {
+  const TensorSpec& spec = info_.inputs[i];
+  if (dtype != spec.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", spec.name, "' has dtype ", DTypeName(dtype), ", want ",
+        DTypeName(spec.dtype)));
+  }
+  if (shape.size() != spec.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", spec.name, "' has rank ", shape.size(), " (shape ",
+        ShapeToString(shape), "), want ", ShapeToString(spec.shape)));
+  }
+  if (shape[0] != rows || rows <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", spec.name, "' has ", shape[0], " rows; want ", rows,
+        " (>0, the same for every input)"));
+  }
+  ASSIGN_OR_RETURN(const int64_t n, NumElements(shape, spec.name));
+  if (bytes != n * ItemSize(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", spec.name, "' has ", bytes, " bytes, shape ",
+        ShapeToString(shape), " needs ", n * ItemSize(dtype)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TorchRunner::CheckInputs(const std::vector<Tensor>& inputs) const {
   if (inputs.size() != info_.inputs.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model ", info_.name, " takes ", info_.inputs.size(), " input(s), got ",
         inputs.size()));
   }
-  const int64_t rows = inputs.empty() ? 0 : inputs[0].rows();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    const TensorSpec& spec = info_.inputs[i];
-    if (t.dtype != spec.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec.name, "' has dtype ", DTypeName(t.dtype), ", want ",
-          DTypeName(spec.dtype)));
-    }
-    if (t.shape.size() != spec.shape.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec.name, "' has rank ", t.shape.size(), " (shape ",
-          ShapeToString(t.shape), "), want ", ShapeToString(spec.shape)));
-    }
-    if (t.rows() != rows || rows <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec.name, "' has ", t.rows(), " rows; want ", rows,
-          " (>0, the same for every input)"));
-    }
-    ASSIGN_OR_RETURN(const int64_t n, NumElements(t.shape, spec.name));
-    if (static_cast<int64_t>(t.data.size()) != n * ItemSize(t.dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec.name, "' has ", t.data.size(), " bytes, shape ",
-          ShapeToString(t.shape), " needs ", n * ItemSize(t.dtype)));
-    }
+    RETURN_IF_ERROR(CheckInput(i, t.dtype, t.shape, static_cast<int64_t>(t.data.size()),
+                               inputs[0].rows()));
   }
   return absl::OkStatus();
 }
@@ -753,30 +769,102 @@ absl::Status TorchRunner::CheckInputs(const std::vector<Tensor>& inputs) const {
 absl::StatusOr<std::vector<Tensor>> TorchRunner::Run(
     const std::vector<Tensor>& inputs) {
   RETURN_IF_ERROR(CheckInputs(inputs));
+  return RunHost(HostViews(inputs));
+}
+
+absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatch(
+    const std::vector<BatchedInput>& inputs) {
+  if (inputs.size() != info_.inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", info_.name, " takes ", info_.inputs.size(), " input(s), got ",
+        inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const BatchedInput& in = inputs[i];
+    int64_t bytes = 0;
+    for (absl::string_view p : in.pieces) bytes += static_cast<int64_t>(p.size());
+    const int64_t row_bytes = in.RowBytes();
+    if (in.shape.empty() || row_bytes <= 0 || bytes % row_bytes != 0 ||
+        bytes > row_bytes * in.shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", info_.inputs[i].name, "': ", bytes,
+          " bytes of pieces are not whole rows of ", ShapeToString(in.shape)));
+    }
+    // Padding makes up the difference; check the padded tensor's shape.
+    RETURN_IF_ERROR(CheckInput(i, in.dtype, in.shape, row_bytes * in.shape[0],
+                               inputs[0].shape.empty() ? 0 : inputs[0].shape[0]));
+  }
+  std::vector<at::Tensor> host;
+  try {
+    host = HostCopies(inputs);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate the batch's host buffer: ", ModelMessage(e.what())));
+  }
+  return RunHost(host);
+}
+
+absl::StatusOr<std::vector<Tensor>> TorchRunner::RunHost(
+    const std::vector<at::Tensor>& host) {
   absl::StatusOr<std::vector<Tensor>> result;
-  OnDevice([&] { result = RunOnDeviceThread(inputs); });
+  OnDevice([&] { result = RunOnDeviceThread(host); });
   if (result.status().code() == absl::StatusCode::kResourceExhausted) {
     cache_policy_->OnOutOfMemory();
   }
   return result;
 }
 
-std::vector<c10::IValue> TorchRunner::ToDevice(const std::vector<Tensor>& inputs) const {
-  std::vector<c10::IValue> args;
+std::vector<at::Tensor> TorchRunner::HostViews(const std::vector<Tensor>& inputs) const {
+  std::vector<at::Tensor> host;
+  host.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    const auto options = at::TensorOptions().dtype(input_types_[i]);
-    at::Tensor host = torch::from_blob(const_cast<char*>(t.data.data()), t.shape, options);
+    host.push_back(torch::from_blob(const_cast<char*>(t.data.data()), t.shape,
+                                    at::TensorOptions().dtype(input_types_[i])));
+  }
+  return host;
+}
+
+std::vector<at::Tensor> TorchRunner::HostCopies(
+    const std::vector<BatchedInput>& inputs) const {
+  std::vector<at::Tensor> host;
+  host.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const BatchedInput& in = inputs[i];
+    auto options = at::TensorOptions().dtype(input_types_[i]);
+    // Pinned on CUDA: the H2D copy on the device thread is then a DMA that
+    // needs no staging copy of its own.
+    if (device_.device.is_cuda()) options = options.pinned_memory(true);
+    at::Tensor t = at::empty(in.shape, options);
+    char* dst = static_cast<char*>(t.data_ptr());
+    for (absl::string_view p : in.pieces) {
+      std::memcpy(dst, p.data(), p.size());
+      dst += p.size();
+    }
+    char* end = static_cast<char*>(t.data_ptr()) + t.nbytes();
+    std::memset(dst, 0, static_cast<size_t>(end - dst));  // padding rows
+    host.push_back(std::move(t));
+  }
+  return host;
+}
+
+std::vector<c10::IValue> TorchRunner::ToDevice(const std::vector<at::Tensor>& host) const {
+  std::vector<c10::IValue> args;
+  for (const at::Tensor& h : host) {
     at::Tensor x;
     if (device_.device.is_cuda()) {
-      // Pinned staging buffer so the copy can overlap on this thread's stream.
-      at::Tensor pinned = at::empty(t.shape, options.pinned_memory(true));
-      pinned.copy_(host);
-      x = pinned.to(device_.device, /*non_blocking=*/true);
+      if (h.is_pinned()) {
+        x = h.to(device_.device, /*non_blocking=*/true);
+      } else {
+        // Pinned staging buffer so the copy can overlap on this thread's stream.
+        at::Tensor pinned = at::empty(h.sizes(), h.options().pinned_memory(true));
+        pinned.copy_(h);
+        x = pinned.to(device_.device, /*non_blocking=*/true);
+      }
     } else if (device_.device.is_cpu()) {
-      x = host;  // `inputs` outlives the forward
+      x = h;  // the host buffer outlives the forward
     } else {
-      x = host.to(device_.device);
+      x = h.to(device_.device);
     }
     if (at::isFloatingType(x.scalar_type()) && x.scalar_type() != compute_dtype_) {
       x = x.to(compute_dtype_);
@@ -823,7 +911,7 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::FromDevice(const c10::IValue& o
 }
 
 absl::StatusOr<std::vector<Tensor>> TorchRunner::RunOnDeviceThread(
-    const std::vector<Tensor>& inputs) {
+    const std::vector<at::Tensor>& host) {
   try {
 #ifdef METALSERVE_TORCH_CUDA
     std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
@@ -837,7 +925,7 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunOnDeviceThread(
     }
 #endif
     c10::InferenceMode guard;
-    c10::IValue out = module_->forward(ToDevice(inputs));
+    c10::IValue out = module_->forward(ToDevice(host));
     return FromDevice(out);
   } catch (const c10::OutOfMemoryError& e) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -29,35 +29,26 @@ BatchExecutor::BatchExecutor(Runner* runner, const BatcherOptions& batching,
       clock_(clock != nullptr ? clock : Clock::RealClock()),
       device_slots_(device_concurrency < 1 ? 1 : device_concurrency) {}
 
-std::vector<Tensor> BatchExecutor::Assemble(
-    const std::vector<InferTask*>& tasks, const std::vector<TensorSpec>& specs,
-    int64_t padded_rows) {
-  std::vector<Tensor> out;
+std::vector<BatchedInput> BatchExecutor::Pieces(
+    const std::vector<InferTask*>& tasks, int64_t padded_rows) {
+  std::vector<BatchedInput> out;
   if (tasks.empty()) return out;
   const size_t n_inputs = tasks.front()->inputs().size();
-  out.reserve(n_inputs);
+  out.resize(n_inputs);
   for (size_t i = 0; i < n_inputs; ++i) {
     const InputView& first = tasks.front()->inputs()[i];
-    Tensor t;
-    t.name = i < specs.size() ? specs[i].name : absl::StrCat("input", i);
-    t.dtype = first.dtype;
-    t.shape = first.shape;
-    t.shape[0] = padded_rows;
-    const size_t total = static_cast<size_t>(t.RowBytes() * padded_rows);
-    // One pass over the bytes: append the rows, then zero only the padding.
-    t.data.reserve(total);
-    for (InferTask* task : tasks) {
-      const absl::string_view rows = task->inputs()[i].data;
-      t.data.append(rows.data(), rows.size());
-    }
-    t.data.resize(total, '\0');
-    out.push_back(std::move(t));
+    BatchedInput& in = out[i];
+    in.dtype = first.dtype;
+    in.shape = first.shape;
+    in.shape[0] = padded_rows;
+    in.pieces.reserve(tasks.size());
+    for (InferTask* task : tasks) in.pieces.push_back(task->inputs()[i].data);
   }
   return out;
 }
 
 absl::StatusOr<std::vector<Tensor>> BatchExecutor::RunOnDevice(
-    const std::vector<Tensor>& in, absl::Duration* took) {
+    const std::vector<BatchedInput>& in, absl::Duration* took) {
   {
     absl::MutexLock l(&device_mu_);
     device_mu_.Await(absl::Condition(
@@ -65,7 +56,7 @@ absl::StatusOr<std::vector<Tensor>> BatchExecutor::RunOnDevice(
     --device_slots_;
   }
   const absl::Time start = clock_->TimeNow();
-  absl::StatusOr<std::vector<Tensor>> out = runner_->Run(in);
+  absl::StatusOr<std::vector<Tensor>> out = runner_->RunBatch(in);
   *took = clock_->TimeNow() - start;
   absl::MutexLock l(&device_mu_);
   ++device_slots_;
@@ -91,12 +82,11 @@ void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks,
   int64_t rows = 0;
   for (InferTask* t : tasks) rows += t->rows();
   const int64_t padded = batching_.PaddedRows(rows);
-  const std::vector<TensorSpec>& specs = runner_->info().inputs;
 
   absl::Duration took;
   const absl::Time run_start = clock_->TimeNow();
   absl::StatusOr<std::vector<Tensor>> out =
-      RunOnDevice(Assemble(tasks, specs, padded), &took);
+      RunOnDevice(Pieces(tasks, padded), &took);
 
   if (out.ok()) {
     for (const Tensor& o : *out) {

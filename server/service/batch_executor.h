@@ -1,8 +1,9 @@
 // BatchExecutor: runs a batch formed by the Batcher on the Runner.
 //
-// For each batch it concatenates the tasks' rows (and zero rows up to the
-// padded size) into one tensor per input, runs the model, and slices every
-// output back into each task's own rows. Failure handling:
+// For each batch it hands the runner the tasks' rows as pieces (with zero
+// rows up to the padded size; the runner copies them once into device-ready
+// memory), runs the model, and slices every output back into each task's
+// own rows. Failure handling:
 //  * RESOURCE_EXHAUSTED (device out of memory): the runtime has emptied its
 //    cache; the batch is retried split in halves, recursively. A single
 //    request that still does not fit alone gets RESOURCE_EXHAUSTED.
@@ -42,16 +43,15 @@ class BatchExecutor {
   // Runs `batch`; every task in it is an InferTask and is answered.
   void Process(Batch batch);
 
-  // Concatenates `tasks`' inputs row-wise and appends zero rows up to
-  // `padded_rows`. Exposed for tests.
-  static std::vector<Tensor> Assemble(const std::vector<InferTask*>& tasks,
-                                      const std::vector<TensorSpec>& specs,
-                                      int64_t padded_rows);
+  // The batch as row pieces per input: every task's rows in order, padded
+  // with zero rows up to `padded_rows`. No bytes are copied.
+  static std::vector<BatchedInput> Pieces(const std::vector<InferTask*>& tasks,
+                                          int64_t padded_rows);
 
  private:
   void RunGroup(const std::vector<InferTask*>& tasks, absl::Time formed_at);
-  absl::StatusOr<std::vector<Tensor>> RunOnDevice(const std::vector<Tensor>& in,
-                                                  absl::Duration* took);
+  absl::StatusOr<std::vector<Tensor>> RunOnDevice(
+      const std::vector<BatchedInput>& in, absl::Duration* took);
 
   Runner* const runner_;
   const BatcherOptions batching_;

@@ -41,7 +41,9 @@ struct ServerOptions {
   // 100 fp32 3x224x224 images (602,112 bytes each) fits.
   int64_t max_message_bytes = 64 << 20;
   BatcherOptions batching;
-  // Batches allowed on the device at once (1 on MPS; may be more on CUDA).
+  // Batches handed to the runner at once. A torch runner serialises device
+  // work on its own thread, so 2 lets the next batch's host copy overlap the
+  // current compute. Default 1 (metalserve's flag defaults to 2).
   int device_concurrency = 1;
   std::string version = "0.0.0";
   // TLS: PEM files. Empty cert/key: plaintext. A client CA turns on mutual

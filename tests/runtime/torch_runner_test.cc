@@ -77,6 +77,42 @@ TEST(TorchRunnerTest, IdentityReturnsInputExactly) {
   EXPECT_EQ((*out)[0].data, Floats({2, 4}, in).data);
 }
 
+// RunBatch copies the rows given as pieces once, pads with zero rows, and
+// returns what Run returns for the assembled batch, on every device present.
+TEST(TorchRunnerTest, RunBatchFromPiecesEqualsRunOfAssembledBatch) {
+  for (const char* device : {"cpu", "cuda"}) {
+    RuntimeOptions o = Options("identity");
+    o.device = device;
+    auto created = CreateTorchRunner(o);
+    if (!created.ok()) continue;  // no such device here
+    SCOPED_TRACE(device);
+    Runner& runner = **created;
+    const Tensor a = Floats({1, 4}, {1, 2, 3, 4});
+    const Tensor b = Floats({2, 4}, {5, 6, 7, 8, 9, 10, 11, 12});
+    BatchedInput in;
+    in.dtype = DType::kFloat32;
+    in.shape = {4, 4};  // 3 rows of requests, 1 padding row
+    in.pieces = {a.data, b.data};
+    auto batched = runner.RunBatch({in});
+    ASSERT_THAT(batched, IsOk());
+    EXPECT_EQ((*batched)[0].shape, (std::vector<int64_t>{4, 4}));
+    EXPECT_EQ(Values((*batched)[0]),
+              (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 0, 0, 0}));
+    auto direct = runner.Run({in.Assemble("input")});
+    ASSERT_THAT(direct, IsOk());
+    EXPECT_EQ((*batched)[0].data, (*direct)[0].data);
+
+    BatchedInput ragged = in;
+    ragged.pieces = {absl::string_view(a.data).substr(0, 6)};  // 1.5 floats
+    EXPECT_THAT(runner.RunBatch({ragged}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not whole rows")));
+    BatchedInput too_many = in;
+    too_many.shape = {2, 4};  // 3 rows of pieces do not fit in 2
+    EXPECT_THAT(runner.RunBatch({too_many}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not whole rows")));
+  }
+}
+
 TEST(TorchRunnerTest, ReportsSignatureDeviceAndTimes) {
   auto runner = MustCreate(Options("tiny_cnn"));
   ASSERT_NE(runner, nullptr);
