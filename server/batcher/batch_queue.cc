@@ -89,11 +89,16 @@ void BatchQueue::RemoveDead(absl::Time now, PollResult* result) {
   for (auto it = tasks_.begin(); it != tasks_.end(); ++it) {
     BatchTask& t = **it;
     // Deadline first: gRPC also marks a call whose deadline passed as
-    // cancelled, and the caller should hear DEADLINE_EXCEEDED.
-    if (t.deadline() <= now) {
+    // cancelled, and the caller should hear DEADLINE_EXCEEDED. A client whose
+    // own deadline passes cancels the call itself, slightly before the
+    // server-side deadline (which counts from when the call arrived): a
+    // cancellation that close to the deadline is the deadline's.
+    const bool cancelled = t.IsCancelled();
+    if (t.deadline() <= now ||
+        (cancelled && t.deadline() - now <= kDeadlineSkew)) {
       queued_rows_ -= t.rows();
       result->expired.push_back(std::move(*it));
-    } else if (t.IsCancelled()) {
+    } else if (cancelled) {
       queued_rows_ -= t.rows();
       result->cancelled.push_back(std::move(*it));
     } else {

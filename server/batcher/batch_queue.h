@@ -56,6 +56,11 @@ struct BatcherOptions {
 
 class BatchQueue {
  public:
+  // A task cancelled within this long before its deadline counts as expired
+  // (its client gave up at its own deadline, which precedes the server's by
+  // the call's transit time).
+  static constexpr absl::Duration kDeadlineSkew = absl::Milliseconds(50);
+
   explicit BatchQueue(BatcherOptions options);
 
   // Admits `*task` at `now` (taking ownership) or refuses it, leaving it with

@@ -149,6 +149,22 @@ TEST(BatchQueueTest, DropsCancelledTasks) {
   EXPECT_EQ(r.batch->rows, 1);
 }
 
+TEST(BatchQueueTest, CancelAtTheClientsDeadlineCountsAsExpired) {
+  BatchQueue q(Opts(8, absl::Seconds(1)));
+  // The client gave up at its own deadline, just before the server's.
+  auto at_deadline = std::make_shared<TaskOutcome>();
+  Admit(q, MakeTask(1, "k", kT0 + absl::Milliseconds(100), at_deadline), kT0);
+  // This one cancelled long before its deadline.
+  auto early = std::make_shared<TaskOutcome>();
+  Admit(q, MakeTask(1, "k", kT0 + absl::Seconds(10), early), kT0);
+  at_deadline->cancelled = true;
+  early->cancelled = true;
+  auto r = q.Poll(kT0 + absl::Milliseconds(100) - BatchQueue::kDeadlineSkew, false);
+  EXPECT_EQ(r.expired.size(), 1u);
+  EXPECT_EQ(r.cancelled.size(), 1u);
+  EXPECT_TRUE(q.empty());
+}
+
 TEST(BatchQueueTest, NeverMixesKeys) {
   BatchQueue q(Opts(8, absl::ZeroDuration()));
   Admit(q, MakeTask(1, "f32[3,224,224]"), kT0);
