@@ -193,8 +193,11 @@ TEST(LoadGeneratorTest, OpenLoopCountsOverflowInsteadOfDelaying) {
 }
 
 TEST(LoadGeneratorTest, SeveralTargetsAreSpreadRoundRobin) {
-  auto a = FakeInferenceServer::Start({.delay = absl::ZeroDuration()});
-  auto b = FakeInferenceServer::Start({.delay = absl::ZeroDuration()});
+  // A 2 ms reply keeps the run (about 200 ms) long against the few
+  // milliseconds one connection may be ready before the other, during which
+  // round_robin sends everything to the ready one.
+  auto a = FakeInferenceServer::Start({.delay = absl::Milliseconds(2)});
+  auto b = FakeInferenceServer::Start({.delay = absl::Milliseconds(2)});
   ChannelOptions copts;
   copts.targets = {a->address(), b->address()};
   auto channels = CreateChannels(copts);
@@ -203,14 +206,14 @@ TEST(LoadGeneratorTest, SeveralTargetsAreSpreadRoundRobin) {
   ASSERT_TRUE(gen.ok());
   LoadSpec spec;
   spec.concurrency = 4;
-  spec.max_requests = 200;
+  spec.max_requests = 400;
   auto stats = (*gen)->Run(spec);
   ASSERT_TRUE(stats.ok()) << stats.status();
-  EXPECT_EQ(stats->ok, 200);
-  EXPECT_EQ(a->received() + b->received(), 200);
-  // round_robin alternates per call; allow for connection start-up skew.
-  EXPECT_GE(a->received(), 60);
-  EXPECT_GE(b->received(), 60);
+  EXPECT_EQ(stats->ok, 400);
+  EXPECT_EQ(a->received() + b->received(), 400);
+  // round_robin alternates per call: each gets at least a quarter.
+  EXPECT_GE(a->received(), 100);
+  EXPECT_GE(b->received(), 100);
 }
 
 TEST(LoadGeneratorTest, StopEndsRunAndRefusesTheNext) {
