@@ -1,6 +1,5 @@
 #include "server/service/batch_executor.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -68,7 +67,7 @@ void BatchExecutor::Process(Batch batch) {
   tasks.reserve(batch.tasks.size());
   for (auto& t : batch.tasks) tasks.push_back(static_cast<InferTask*>(t.get()));
   const absl::Time start = clock_->TimeNow();
-  RunGroup(tasks, batch.formed_at);
+  RunGroup(tasks);
   if (metrics_ != nullptr) {
     metrics_->BatchCompleted(batch.rows, batch.padded_rows - batch.rows,
                              CloseReasonName(batch.reason),
@@ -77,8 +76,7 @@ void BatchExecutor::Process(Batch batch) {
   runner_->BetweenBatches(/*idle=*/false);
 }
 
-void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks,
-                             absl::Time formed_at) {
+void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks) {
   int64_t rows = 0;
   for (InferTask* t : tasks) rows += t->rows();
   const int64_t padded = batching_.PaddedRows(rows);
@@ -105,8 +103,8 @@ void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks,
                  << " rows) failed: " << out.status()
                  << "; retrying in halves to isolate it";
     const size_t half = tasks.size() / 2;
-    RunGroup({tasks.begin(), tasks.begin() + half}, formed_at);
-    RunGroup({tasks.begin() + half, tasks.end()}, formed_at);
+    RunGroup({tasks.begin(), tasks.begin() + half});
+    RunGroup({tasks.begin() + half, tasks.end()});
     return;
   }
 

@@ -49,7 +49,9 @@ class BatchExecutor {
                                           int64_t padded_rows);
 
  private:
-  void RunGroup(const std::vector<InferTask*>& tasks, absl::Time formed_at);
+  // Runs `tasks` as one batch and answers each; on OOM or a model error with
+  // several tasks, runs the halves instead.
+  void RunGroup(const std::vector<InferTask*>& tasks);
   absl::StatusOr<std::vector<Tensor>> RunOnDevice(
       const std::vector<BatchedInput>& in, absl::Duration* took);
 
