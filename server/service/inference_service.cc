@@ -88,10 +88,9 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   };
 
   const ModelInfo& info = runner_->info();
-  if (!request->model_name().empty() && request->model_name() != info.name) {
-    return fail(absl::NotFoundError(absl::StrCat(
-        "model_name '", request->model_name(), "' is not served here; this server serves '",
-        info.name, "'")));
+  if (absl::Status s = CheckModelName("model_name", request->model_name(), info);
+      !s.ok()) {
+    return fail(s);
   }
   absl::StatusOr<std::vector<InputView>> inputs =
       ValidateInputs(DecodeInputs(*request), info.inputs);
@@ -112,12 +111,8 @@ grpc::ServerUnaryReactor* InferenceService::GetModelMetadata(
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kMethod);
   const ModelInfo& info = runner_->info();
-  absl::Status status;
-  if (!request->model_name().empty() && request->model_name() != info.name) {
-    status = absl::NotFoundError(absl::StrCat(
-        "model_name '", request->model_name(), "' is not served here; this server serves '",
-        info.name, "'"));
-  } else {
+  const absl::Status status = CheckModelName("model_name", request->model_name(), info);
+  if (status.ok()) {
     response->set_model_name(info.name);
     response->set_model_version(info.version);
     response->set_device(info.device);

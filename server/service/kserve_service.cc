@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "server/service/infer_task.h"
 #include "server/service/inference_service.h"
+#include "server/common/status_macros.h"
 #include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
 #include "server/service/tensor_codec.h"
@@ -323,11 +324,7 @@ absl::Status KServeService::CheckModel(absl::string_view name_field,
                                        absl::string_view name,
                                        absl::string_view version) const {
   const ModelInfo& info = runner_->info();
-  if (!name.empty() && name != info.name) {
-    return absl::NotFoundError(absl::StrCat(
-        name_field, " '", name, "' is not served here; this server serves '",
-        info.name, "'"));
-  }
+  RETURN_IF_ERROR(CheckModelName(name_field, name, info));
   if (!version.empty() && version != info.version) {
     return absl::NotFoundError(absl::StrCat(
         "version '", version, "' of model '", info.name,

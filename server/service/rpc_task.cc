@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+
 namespace metalserve {
 
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
@@ -12,6 +14,14 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
     return absl::InfiniteFuture();
   }
   return absl::FromChrono(d);
+}
+
+absl::Status CheckModelName(absl::string_view field, absl::string_view name,
+                            const ModelInfo& served) {
+  if (name.empty() || name == served.name) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat(field, " '", name,
+                                          "' is not served here; this server serves '",
+                                          served.name, "'"));
 }
 
 }  // namespace metalserve

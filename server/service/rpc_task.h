@@ -17,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/common/clock.h"
 #include "server/metrics/metrics.h"
+#include "server/runtime/runner.h"
 #include "server/service/infer_task.h"
 #include "server/service/status_util.h"
 
@@ -24,6 +25,11 @@ namespace metalserve {
 
 // Deadline of a server call as absl::Time (InfiniteFuture when none).
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
+
+// OK when `name` is empty or the served model's; otherwise NOT_FOUND naming
+// `field` and both names.
+absl::Status CheckModelName(absl::string_view field, absl::string_view name,
+                            const ModelInfo& served);
 
 class RpcInferTask : public InferTask {
  public:
