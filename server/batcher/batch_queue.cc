@@ -84,27 +84,31 @@ absl::Status BatchQueue::Admit(std::unique_ptr<BatchTask>* task,
   return absl::OkStatus();
 }
 
+BatchQueue::Liveness BatchQueue::LivenessOf(const BatchTask& task,
+                                            absl::Time now) {
+  // A client whose own deadline passes cancels the call itself, slightly
+  // before the server-side deadline (which counts from when the call
+  // arrived): a cancellation that close to the deadline is the deadline's.
+  const bool cancelled = task.IsCancelled();
+  if (task.deadline() <= now ||
+      (cancelled && task.deadline() - now <= kDeadlineSkew)) {
+    return Liveness::kExpired;
+  }
+  return cancelled ? Liveness::kCancelled : Liveness::kLive;
+}
+
 void BatchQueue::RemoveDead(absl::Time now, PollResult* result) {
   auto keep = tasks_.begin();
   for (auto it = tasks_.begin(); it != tasks_.end(); ++it) {
-    BatchTask& t = **it;
-    // Deadline first: gRPC also marks a call whose deadline passed as
-    // cancelled, and the caller should hear DEADLINE_EXCEEDED. A client whose
-    // own deadline passes cancels the call itself, slightly before the
-    // server-side deadline (which counts from when the call arrived): a
-    // cancellation that close to the deadline is the deadline's.
-    const bool cancelled = t.IsCancelled();
-    if (t.deadline() <= now ||
-        (cancelled && t.deadline() - now <= kDeadlineSkew)) {
-      queued_rows_ -= t.rows();
-      result->expired.push_back(std::move(*it));
-    } else if (cancelled) {
-      queued_rows_ -= t.rows();
-      result->cancelled.push_back(std::move(*it));
-    } else {
+    const Liveness liveness = LivenessOf(**it, now);
+    if (liveness == Liveness::kLive) {
       if (keep != it) *keep = std::move(*it);
       ++keep;
+      continue;
     }
+    queued_rows_ -= (*it)->rows();
+    (liveness == Liveness::kExpired ? result->expired : result->cancelled)
+        .push_back(std::move(*it));
   }
   tasks_.erase(keep, tasks_.end());
 }

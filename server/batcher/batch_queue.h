@@ -61,6 +61,14 @@ class BatchQueue {
   // the call's transit time).
   static constexpr absl::Duration kDeadlineSkew = absl::Milliseconds(50);
 
+  // Whether `task` may still run at `now`. The deadline is checked first:
+  // gRPC also marks a call whose deadline passed as cancelled, and its caller
+  // should hear DEADLINE_EXCEEDED; a cancellation within kDeadlineSkew of the
+  // deadline is the deadline's. Used by the queue and again by the executor
+  // just before a formed batch runs.
+  enum class Liveness { kLive, kExpired, kCancelled };
+  static Liveness LivenessOf(const BatchTask& task, absl::Time now);
+
   explicit BatchQueue(BatcherOptions options);
 
   // Admits `*task` at `now` (taking ownership) or refuses it, leaving it with

@@ -46,20 +46,40 @@ std::vector<BatchedInput> BatchExecutor::Pieces(
   return out;
 }
 
-absl::StatusOr<std::vector<Tensor>> BatchExecutor::RunOnDevice(
-    const std::vector<BatchedInput>& in, absl::Duration* took) {
-  {
-    absl::MutexLock l(&device_mu_);
-    device_mu_.Await(absl::Condition(
-        +[](int* slots) { return *slots > 0; }, &device_slots_));
-    --device_slots_;
-  }
-  const absl::Time start = clock_->TimeNow();
-  absl::StatusOr<std::vector<Tensor>> out = runner_->RunBatch(in);
-  *took = clock_->TimeNow() - start;
+void BatchExecutor::AcquireDeviceSlot() {
+  absl::MutexLock l(&device_mu_);
+  device_mu_.Await(absl::Condition(
+      +[](int* slots) { return *slots > 0; }, &device_slots_));
+  --device_slots_;
+}
+
+void BatchExecutor::ReleaseDeviceSlot() {
   absl::MutexLock l(&device_mu_);
   ++device_slots_;
-  return out;
+}
+
+std::vector<InferTask*> BatchExecutor::DropDead(
+    const std::vector<InferTask*>& tasks) {
+  std::vector<InferTask*> live;
+  live.reserve(tasks.size());
+  const absl::Time now = clock_->TimeNow();
+  for (InferTask* task : tasks) {
+    switch (BatchQueue::LivenessOf(*task, now)) {
+      case BatchQueue::Liveness::kLive:
+        live.push_back(task);
+        break;
+      case BatchQueue::Liveness::kExpired:
+        task->Abort(absl::DeadlineExceededError(
+            "deadline passed while the request waited for the device; it "
+            "was not run"));
+        break;
+      case BatchQueue::Liveness::kCancelled:
+        task->Abort(absl::CancelledError(
+            "request cancelled by the client before it ran"));
+        break;
+    }
+  }
+  return live;
 }
 
 void BatchExecutor::Process(Batch batch) {
@@ -67,7 +87,10 @@ void BatchExecutor::Process(Batch batch) {
   tasks.reserve(batch.tasks.size());
   for (auto& t : batch.tasks) tasks.push_back(static_cast<InferTask*>(t.get()));
   const absl::Time start = clock_->TimeNow();
-  RunGroup(tasks);
+  AcquireDeviceSlot();
+  tasks = DropDead(tasks);
+  if (!tasks.empty()) RunGroup(tasks);
+  ReleaseDeviceSlot();
   if (metrics_ != nullptr) {
     metrics_->BatchCompleted(batch.rows, batch.padded_rows - batch.rows,
                              CloseReasonName(batch.reason),
@@ -81,10 +104,10 @@ void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks) {
   for (InferTask* t : tasks) rows += t->rows();
   const int64_t padded = batching_.PaddedRows(rows);
 
-  absl::Duration took;
   const absl::Time run_start = clock_->TimeNow();
   absl::StatusOr<std::vector<Tensor>> out =
-      RunOnDevice(Pieces(tasks, padded), &took);
+      runner_->RunBatch(Pieces(tasks, padded));
+  const absl::Duration took = clock_->TimeNow() - run_start;
 
   if (out.ok()) {
     for (const Tensor& o : *out) {

@@ -12,9 +12,15 @@
 //    the others succeed.
 //  * Anything else fails every task of the batch with that status.
 //
-// Device concurrency: at most `device_concurrency` Run calls at once, so that
-// with several executor threads the next batch is assembled while the current
-// one computes (pipelining) without oversubscribing the device.
+// Device concurrency: at most `device_concurrency` batches are on the runner
+// at once, so that with several executor threads the next batch is assembled
+// while the current one computes (pipelining) without oversubscribing the
+// device. A batch holds its slot through its retries.
+//
+// Late cancellation: a batch can wait for a device slot for a whole compute
+// time. Once it has its slot, tasks whose caller has gone (CANCELLED) or
+// whose deadline has passed (DEADLINE_EXCEEDED) are answered without running,
+// and the rest run as a smaller batch.
 //
 // Thread-safety: Process() is thread-safe. Does not own the runner or the
 // observer.
@@ -52,8 +58,10 @@ class BatchExecutor {
   // Runs `tasks` as one batch and answers each; on OOM or a model error with
   // several tasks, runs the halves instead.
   void RunGroup(const std::vector<InferTask*>& tasks);
-  absl::StatusOr<std::vector<Tensor>> RunOnDevice(
-      const std::vector<BatchedInput>& in, absl::Duration* took);
+  // Answers the tasks that must not run any more; returns the others.
+  std::vector<InferTask*> DropDead(const std::vector<InferTask*>& tasks);
+  void AcquireDeviceSlot();
+  void ReleaseDeviceSlot();
 
   Runner* const runner_;
   const BatcherOptions batching_;
