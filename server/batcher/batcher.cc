@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
   std::unique_ptr<Batcher> b(
       new Batcher(std::move(options), clock, std::move(process),
                   std::move(on_idle), idle_tick));
-  const int n = b->queue_.options().num_executors;
+  const int n = b->options_.num_executors;
   for (int i = 0; i < n; ++i) {
     b->executors_.emplace_back([raw = b.get()] { raw->ExecutorLoop(); });
   }
@@ -39,7 +39,8 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
 
 Batcher::Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
                  IdleFn on_idle, absl::Duration idle_tick)
-    : clock_(clock),
+    : options_(options),
+      clock_(clock),
       process_(std::move(process)),
       on_idle_(std::move(on_idle)),
       idle_tick_(idle_tick),

@@ -70,13 +70,14 @@ class Batcher {
 
   // Rows waiting in the queue (not yet in a batch).
   int64_t queued_rows() const { return queued_rows_.load(std::memory_order_relaxed); }
-  const BatcherOptions& options() const { return queue_.options(); }
+  const BatcherOptions& options() const { return options_; }
 
  private:
   Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
           IdleFn on_idle, absl::Duration idle_tick);
   void ExecutorLoop();
 
+  const BatcherOptions options_;  // queue_ holds the same; this needs no lock
   Clock* const clock_;
   const ProcessFn process_;
   const IdleFn on_idle_;

@@ -3,8 +3,9 @@
 // implementation; tests use fakes (tests/testing/fake_runner.h).
 //
 // Thread-safety: implementations are thread-safe. `Run` may be called from
-// several executor threads at once; an implementation that must serialise
-// device work (MPS) does so internally.
+// several executor threads at once; an implementation serialises device work
+// internally where the device needs it (the torch runtime does all device
+// work, on every device, on one device thread).
 #ifndef METALSERVE_SERVER_RUNTIME_RUNNER_H_
 #define METALSERVE_SERVER_RUNTIME_RUNNER_H_
 

@@ -1,5 +1,13 @@
 // InferTask: a request on its way through the batcher to the runtime, as the
 // batch executor sees it, whichever protocol it came in on.
+//
+// Ownership: the batcher owns a task from admission until it is answered
+// (Abort) or handed to the executor in a Batch, which then owns it; the task
+// is destroyed right after its Finish/Abort, and its input bytes (views into
+// the request message) must outlive it. Thread-safety: a task is used by one
+// thread at a time (whoever owns it); IsCancelled may be called from any.
+// Destruction does not answer the call: every task is answered exactly once
+// before it is destroyed.
 #ifndef METALSERVE_SERVER_SERVICE_INFER_TASK_H_
 #define METALSERVE_SERVER_SERVICE_INFER_TASK_H_
 

@@ -65,8 +65,8 @@ class RpcInferTask : public InferTask {
     // DefaultReactor() must not be called twice: it re-creates the reactor.
     reactor_->Finish(ToGrpcStatus(status));
   }
-  virtual void OnComplete(const absl::Status& status, const RunStats& run,
-                          absl::Time now, absl::Duration latency) {}
+  virtual void OnComplete(const absl::Status& /*status*/, const RunStats& /*run*/,
+                          absl::Time /*now*/, absl::Duration /*latency*/) {}
 
  private:
   grpc::CallbackServerContext* const context_;

@@ -1,5 +1,10 @@
 // Conversion between the native proto tensors and the project's tensor
 // types, and validation of a request against the model's signature.
+//
+// Free functions with no state: thread-safe. Ownership: RawInput and
+// InputView hold string_views into the request message, which the caller
+// keeps alive (the RPC's request outlives its task); nothing here copies
+// tensor bytes except the output encoders, which copy into the response.
 #ifndef METALSERVE_SERVER_SERVICE_TENSOR_CODEC_H_
 #define METALSERVE_SERVER_SERVICE_TENSOR_CODEC_H_
 
