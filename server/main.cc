@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "server/common/flags_help.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/torch_runner.h"
 #include "server/service/server.h"
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
       "Serves one TorchScript model over gRPC (metalserve.v1.Inference, health, "
       "reflection) behind a dynamic batcher, with Prometheus metrics.\n"
       "Usage: metalserve [--model=path.pt] [--address=127.0.0.1:8500] ...");
+  metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "server/main.cc");
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
