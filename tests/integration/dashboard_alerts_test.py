@@ -71,7 +71,7 @@ def dashboard_queries():
         for t in panel.get("targets", []):
             expr = (t["expr"].replace("$job", "metalserve")
                     .replace("$instance", ".*")
-                    .replace("$__rate_interval", "30s"))
+                    .replace("$__rate_interval", "1m"))
             out.append((panel["title"], t["refId"], expr))
     return out
 
