@@ -36,6 +36,7 @@
 #include "client/request_builder.h"
 #include "grpcpp/client_context.h"
 #include "metalserve/v1/inference.grpc.pb.h"
+#include "server/common/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:8500",
           "Server address host:port, or several comma-separated (IPv4 or IPv6 "
@@ -334,6 +335,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Load-tests a metalserve server: metalserve-bench --target=host:port "
       "[--concurrency=1:64:x2 | --rate=R] [--duration=10s | --requests=N]");
+  metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "client/main.cc");
   absl::ParseCommandLine(argc, argv);
   return metalserve::client::Main();
 }

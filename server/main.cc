@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "server/common/flags_help.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/torch_runner.h"
 #include "server/service/server.h"
@@ -57,6 +58,9 @@ ABSL_FLAG(double, memory_watermark, 0.0,
           "Empty the cache at the next idle moment when the allocator holds more than "
           "this fraction of the device's recommended/total memory; 0 = off");
 ABSL_FLAG(int64_t, monitor_window, 100, "Rolling monitor window, in requests");
+ABSL_FLAG(absl::Duration, monitor_max_age, absl::Seconds(60),
+          "Requests older than this leave the rolling monitor window, so an idle "
+          "server reads as no traffic (e.g. 60s)");
 ABSL_FLAG(absl::Duration, monitor_log_interval, absl::Seconds(60),
           "How often the monitor logs p50/p95/mean latency and error rate; 0 = never");
 ABSL_FLAG(absl::Duration, drain_grace, absl::ZeroDuration(),
@@ -123,6 +127,7 @@ int main(int argc, char** argv) {
       "Serves one TorchScript model over gRPC (metalserve.v1.Inference, health, "
       "reflection) behind a dynamic batcher, with Prometheus metrics.\n"
       "Usage: metalserve [--model=path.pt] [--address=127.0.0.1:8500] ...");
+  metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "server/main.cc");
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
@@ -131,6 +136,7 @@ int main(int argc, char** argv) {
   metalserve::MetricsOptions mo;
   mo.listen_address = absl::GetFlag(FLAGS_metrics_address);
   mo.monitor_window = absl::GetFlag(FLAGS_monitor_window);
+  mo.monitor_max_age = absl::GetFlag(FLAGS_monitor_max_age);
   mo.monitor_log_interval = absl::GetFlag(FLAGS_monitor_log_interval);
   mo.queue_capacity_rows = absl::GetFlag(FLAGS_max_queue_size);
   auto metrics = OrDie(metalserve::Metrics::Create(mo), "metrics");

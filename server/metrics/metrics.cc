@@ -144,8 +144,15 @@ class MonitorCollectable final : public prometheus::Collectable {
                               s.mean_seconds));
     families.push_back(Single("metalserve_monitor_error_ratio",
                               "Share of requests in the rolling monitor window "
-                              "that ended with a code other than OK.",
+                              "that failed on the server's side (codes other "
+                              "than OK and the caller's errors).",
                               s.error_ratio));
+    families.push_back(Single("metalserve_monitor_caller_error_ratio",
+                              "Share of requests in the rolling monitor window "
+                              "refused for the caller's error (INVALID_ARGUMENT, "
+                              "NOT_FOUND, CANCELLED, FAILED_PRECONDITION, "
+                              "OUT_OF_RANGE).",
+                              s.caller_error_ratio));
     families.push_back(Single("metalserve_monitor_window_requests",
                               "Requests currently in the rolling monitor "
                               "window.",
@@ -169,6 +176,11 @@ absl::Status ValidateOptions(const MetricsOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "monitor_window must be at least 1 request, got ",
         options.monitor_window));
+  }
+  if (options.monitor_max_age <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("monitor_max_age must be positive, got ",
+                     absl::FormatDuration(options.monitor_max_age)));
   }
   if (options.monitor_log_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -288,7 +300,7 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
     : options_(options),
       clock_(options.clock != nullptr ? options.clock : Clock::RealClock()),
       registry_(std::make_shared<prometheus::Registry>()),
-      monitor_(options.monitor_window),
+      monitor_(options.monitor_window, options.monitor_max_age, clock_),
       monitor_collectable_(std::make_shared<MonitorCollectable>(&monitor_)),
       requests_family_(prometheus::BuildCounter()
                            .Name("metalserve_requests_total")
@@ -463,7 +475,7 @@ void MetricsImpl::RequestFinished(absl::string_view method,
   series.requests[CodeIndex(code)]->Increment();
   series.duration->Observe(absl::ToDoubleSeconds(latency));
   inflight_.Decrement();
-  monitor_.Record(latency, code != absl::StatusCode::kOk);
+  monitor_.Record(latency, code);
 }
 
 void MetricsImpl::QueueWait(absl::Duration wait) {
@@ -545,14 +557,23 @@ bool MetricsImpl::WaitForLogTime(absl::Time t) {
 void MetricsImpl::LogLoop() {
   const absl::Duration interval = options_.monitor_log_interval;
   absl::Time next = clock_->TimeNow() + interval;
+  bool idle_logged = false;
   while (WaitForLogTime(next)) {
     const MonitorSnapshot s = monitor_.Snapshot();
-    LOG(INFO) << "monitor window_requests=" << s.count
-              << " p50_ms=" << s.p50_seconds * 1e3
-              << " p95_ms=" << s.p95_seconds * 1e3
-              << " mean_ms=" << s.mean_seconds * 1e3
-              << " error_ratio=" << s.error_ratio;
-    if (options_.on_monitor_log) options_.on_monitor_log(s);
+    const bool log = s.count > 0 || !idle_logged;
+    if (s.count > 0) {
+      LOG(INFO) << "monitor window_requests=" << s.count
+                << " p50_ms=" << s.p50_seconds * 1e3
+                << " p95_ms=" << s.p95_seconds * 1e3
+                << " mean_ms=" << s.mean_seconds * 1e3
+                << " error_ratio=" << s.error_ratio
+                << " caller_error_ratio=" << s.caller_error_ratio;
+    } else if (!idle_logged) {
+      LOG(INFO) << "monitor window_requests=0: no requests in the last "
+                << absl::FormatDuration(monitor_.max_age());
+    }
+    idle_logged = s.count == 0;
+    if (log && options_.on_monitor_log) options_.on_monitor_log(s);
     // One line per interval boundary crossed at most; a clock that jumped
     // far ahead gets one line, not a burst.
     next += interval;

@@ -19,11 +19,15 @@
 //   build_info{version,torch_version,device,model}  gauge = 1
 //   ready                                  gauge 0/1
 //   monitor_latency_p50_seconds, monitor_latency_p95_seconds,
-//   monitor_latency_mean_seconds, monitor_error_ratio,
-//   monitor_window_requests                gauges over the rolling window,
-//                                          computed when scraped (separate
-//                                          gauges: a "quantile" label is
-//                                          reserved for summaries)
+//   monitor_latency_mean_seconds, monitor_error_ratio (server errors),
+//   monitor_caller_error_ratio, monitor_window_requests
+//                                          gauges over the rolling window
+//                                          (server/metrics/monitor.h),
+//                                          computed when scraped; all 0 when
+//                                          no request finished within
+//                                          monitor_max_age (separate gauges:
+//                                          a "quantile" label is reserved
+//                                          for summaries)
 //
 // Label values are bounded: methods "Predict" and "GetModelMetadata", every
 // gRPC code, batch reasons "full" and "delay_expired", and cache triggers
@@ -51,11 +55,12 @@
 namespace metalserve {
 
 struct MonitorSnapshot {
-  int64_t count = 0;  // requests in the window
+  int64_t count = 0;  // requests in the window; 0: no traffic
   double p50_seconds = 0;
   double p95_seconds = 0;
   double mean_seconds = 0;
-  double error_ratio = 0;
+  double error_ratio = 0;         // server errors / count
+  double caller_error_ratio = 0;  // caller errors / count (ClassifyOutcome)
 };
 
 struct MetricsOptions {
@@ -70,11 +75,16 @@ struct MetricsOptions {
   int64_t queue_capacity_rows = 0;
   // Rolling monitor window, in requests. Default 100.
   int64_t monitor_window = 100;
-  // How often the monitor logs p50/p95/mean/error rate. Zero: never.
+  // Requests that finished longer ago than this leave the monitor window, so
+  // an idle server reads as "no traffic". Must be > 0. Default 60 s.
+  absl::Duration monitor_max_age = absl::Seconds(60);
+  // How often the monitor logs p50/p95/mean/error rates. Zero: never. An
+  // idle stretch is logged once ("no requests in the last ..."), not every
+  // interval.
   absl::Duration monitor_log_interval = absl::Seconds(60);
   Clock* clock = nullptr;  // nullptr: Clock::RealClock()
   // Called from the monitor log thread right after each periodic log line,
-  // with the figures it logged. Tests use it to observe the cadence. No
+  // with the figures it logged (so once per idle stretch, count 0). Tests use it to observe the cadence. No
   // Metrics lock is held during the call. Empty: nothing is called.
   std::function<void(const MonitorSnapshot&)> on_monitor_log;
 };
@@ -103,8 +113,8 @@ class Metrics {
   // --- service edge -------------------------------------------------------
   // `method` is a bounded set: "Predict", "GetModelMetadata", "ModelInfer"...
   virtual void RequestStarted(absl::string_view method) = 0;
-  // Every RPC outcome, once. Also feeds the rolling monitor; any code other
-  // than OK counts as an error there. Pair each RequestStarted with one
+  // Every RPC outcome, once. Also feeds the rolling monitor, which counts
+  // the caller's errors apart from the server's (ClassifyOutcome). Pair each RequestStarted with one
   // RequestFinished (inflight_requests is their difference).
   virtual void RequestFinished(absl::string_view method, absl::StatusCode code,
                                absl::Duration latency) = 0;

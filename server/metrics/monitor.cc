@@ -18,44 +18,61 @@ double NearestRank(std::vector<double>& v, double q) {
 
 }  // namespace
 
-RollingMonitor::RollingMonitor(int64_t window)
-    : ring_(static_cast<size_t>(std::max<int64_t>(window, 1))) {}
-
-void RollingMonitor::Record(absl::Duration latency, bool error) {
-  const double seconds = absl::ToDoubleSeconds(latency);
-  absl::MutexLock lock(&mu_);
-  Sample& slot = ring_[static_cast<size_t>(next_)];
-  if (count_ == static_cast<int64_t>(ring_.size())) {
-    errors_ -= slot.error ? 1 : 0;
-  } else {
-    ++count_;
+RequestOutcome ClassifyOutcome(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return RequestOutcome::kOk;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return RequestOutcome::kCallerError;
+    default:
+      return RequestOutcome::kServerError;
   }
-  slot = Sample{seconds, error};
-  errors_ += error ? 1 : 0;
+}
+
+RollingMonitor::RollingMonitor(int64_t window, absl::Duration max_age,
+                               Clock* clock)
+    : max_age_(max_age),
+      clock_(clock != nullptr ? clock : Clock::RealClock()),
+      ring_(static_cast<size_t>(std::max<int64_t>(window, 1))) {}
+
+void RollingMonitor::Record(absl::Duration latency, absl::StatusCode code) {
+  const Sample sample{absl::ToDoubleSeconds(latency), ClassifyOutcome(code),
+                      clock_->TimeNow()};
+  absl::MutexLock lock(&mu_);
+  ring_[static_cast<size_t>(next_)] = sample;
   if (++next_ == static_cast<int64_t>(ring_.size())) next_ = 0;
 }
 
 MonitorSnapshot RollingMonitor::Snapshot() const {
+  // Slots never written hold InfinitePast, so they fall out with the old.
+  const absl::Time oldest = clock_->TimeNow() - max_age_;
   std::vector<double> latencies;
-  MonitorSnapshot snapshot;
+  int64_t caller_errors = 0, server_errors = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (count_ == 0) return snapshot;
-    latencies.reserve(static_cast<size_t>(count_));
-    // The first count_ slots hold samples until the ring wraps; after that
-    // every slot does.
-    for (int64_t i = 0; i < count_; ++i) {
-      latencies.push_back(ring_[static_cast<size_t>(i)].seconds);
+    latencies.reserve(ring_.size());
+    for (const Sample& s : ring_) {
+      if (s.finished < oldest) continue;
+      latencies.push_back(s.seconds);
+      caller_errors += s.outcome == RequestOutcome::kCallerError ? 1 : 0;
+      server_errors += s.outcome == RequestOutcome::kServerError ? 1 : 0;
     }
-    snapshot.count = count_;
-    snapshot.error_ratio =
-        static_cast<double>(errors_) / static_cast<double>(count_);
   }
+  MonitorSnapshot snapshot;
+  if (latencies.empty()) return snapshot;
+  const auto n = static_cast<double>(latencies.size());
+  snapshot.count = static_cast<int64_t>(latencies.size());
+  snapshot.error_ratio = static_cast<double>(server_errors) / n;
+  snapshot.caller_error_ratio = static_cast<double>(caller_errors) / n;
   // Summed from the copy rather than kept running: a running double sum
   // drifts by rounding over millions of evictions.
   double sum = 0;
   for (double s : latencies) sum += s;
-  snapshot.mean_seconds = sum / static_cast<double>(latencies.size());
+  snapshot.mean_seconds = sum / n;
   snapshot.p50_seconds = NearestRank(latencies, 0.50);
   snapshot.p95_seconds = NearestRank(latencies, 0.95);
   return snapshot;

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """The Kubernetes manifests in deploy/k8s parse and agree with each other and
 with the server: selectors match the pod labels, probes and Services name
-the container's ports, the server binds those ports on 0.0.0.0, the scrape
-annotations point at the metrics port, the grace period outlasts the drain,
-and the HPA scales on a metric the server exports. No cluster runs here;
+the container's ports, the server binds those ports on 0.0.0.0, the pods are
+scraped one way only (the ServiceMonitor, whose jobLabel yields the job the
+alerts match; no prometheus.io annotations), the grace period outlasts the
+drain, and the HPA scales on a metric the server exports. No cluster runs here;
 `kubectl apply --dry-run=server -k deploy/k8s` against one is the next check.
 """
 
@@ -115,11 +116,25 @@ class K8sManifests(unittest.TestCase):
         self.assertIs(self.container["securityContext"]["allowPrivilegeEscalation"],
                       False)
 
-    def test_prometheus_annotations_name_the_metrics_port(self):
-        a = self.pod["metadata"]["annotations"]
-        self.assertEqual(a["prometheus.io/scrape"], "true")
-        self.assertEqual(int(a["prometheus.io/port"]), self.ports["metrics"])
-        self.assertEqual(a["prometheus.io/path"], "/metrics")
+    def test_pods_carry_no_scrape_annotations(self):
+        # The ServiceMonitor scrapes them; annotations would add a second
+        # scrape under another job name.
+        annotations = self.pod["metadata"].get("annotations") or {}
+        self.assertEqual([k for k in annotations if k.startswith("prometheus.io/")],
+                         [])
+
+    def test_service_monitor_job_label_names_the_job_the_alerts_match(self):
+        mon = one(self.docs, "ServiceMonitor")
+        job_label = mon["spec"].get("jobLabel")
+        self.assertTrue(job_label, "no jobLabel: the job would be the Service's name")
+        svc = next(s for s in self.services().values()
+                   if matches(mon["spec"]["selector"]["matchLabels"],
+                              s["metadata"]["labels"]))
+        job = svc["metadata"]["labels"].get(job_label)
+        with open(os.path.join(ARGS.dir, "..", "prometheus", "alerts.yml")) as f:
+            rules = [r for g in yaml.safe_load(f)["groups"] for r in g["rules"]]
+        down = next(r for r in rules if r["alert"] == "MetalserveInstanceDown")
+        self.assertIn(f'job="{job}"', down["expr"])
 
     def services(self):
         return {doc["metadata"]["name"]: doc for _, doc in self.docs["Service"]}

@@ -259,61 +259,22 @@ TEST(MetricsTest, RecordsCacheClearsModelTimesBuildInfoAndReadiness) {
   EXPECT_THAT(Sample(s, "metalserve_ready"), Optional(Eq(1)));
 }
 
-TEST(RollingMonitorTest, EmptyWindowReportsZeros) {
-  RollingMonitor monitor(10);
-  const MonitorSnapshot s = monitor.Snapshot();
-  EXPECT_EQ(s.count, 0);
-  EXPECT_EQ(s.p50_seconds, 0);
-  EXPECT_EQ(s.p95_seconds, 0);
-  EXPECT_EQ(s.mean_seconds, 0);
-  EXPECT_EQ(s.error_ratio, 0);
-}
-
-TEST(RollingMonitorTest, NearestRankQuantilesMeanAndErrorRatio) {
-  RollingMonitor monitor(100);
-  // 1..100 ms in a shuffled order; every 20th request fails.
-  for (int i = 0; i < 100; ++i) {
-    const int ms = 1 + (i * 37) % 100;
-    monitor.Record(absl::Milliseconds(ms), ms % 20 == 0);
-  }
-  const MonitorSnapshot s = monitor.Snapshot();
-  EXPECT_EQ(s.count, 100);
-  EXPECT_DOUBLE_EQ(s.p50_seconds, 0.050);
-  EXPECT_DOUBLE_EQ(s.p95_seconds, 0.095);
-  EXPECT_NEAR(s.mean_seconds, 0.0505, 1e-12);
-  EXPECT_DOUBLE_EQ(s.error_ratio, 0.05);
-}
-
-TEST(RollingMonitorTest, WindowForgetsTheOldestRequests) {
-  RollingMonitor monitor(4);
-  monitor.Record(absl::Seconds(100), true);
-  monitor.Record(absl::Seconds(100), true);
-  for (int ms : {10, 20, 30, 40}) {
-    monitor.Record(absl::Milliseconds(ms), false);
-  }
-  const MonitorSnapshot s = monitor.Snapshot();
-  EXPECT_EQ(s.count, 4);
-  EXPECT_DOUBLE_EQ(s.p50_seconds, 0.020);
-  EXPECT_DOUBLE_EQ(s.p95_seconds, 0.040);
-  EXPECT_NEAR(s.mean_seconds, 0.025, 1e-12);
-  EXPECT_EQ(s.error_ratio, 0);
-}
-
-TEST(MetricsTest, MonitorCountsAnyNonOkCodeAsErrorAndExportsGauges) {
+TEST(MetricsTest, MonitorSeparatesCallerErrorsAndExportsGauges) {
   MetricsOptions options = NoListener();
   options.monitor_window = 4;
   auto metrics = MakeMetrics(options);
   metrics->RequestFinished("Predict", absl::StatusCode::kOk,
                            absl::Milliseconds(10));
-  metrics->RequestFinished("Predict", absl::StatusCode::kCancelled,
+  metrics->RequestFinished("Predict", absl::StatusCode::kInvalidArgument,
                            absl::Milliseconds(20));
-  metrics->RequestFinished("Predict", absl::StatusCode::kDeadlineExceeded,
+  metrics->RequestFinished("ModelInfer", absl::StatusCode::kDeadlineExceeded,
                            absl::Milliseconds(30));
   metrics->RequestFinished("GetModelMetadata", absl::StatusCode::kOk,
                            absl::Milliseconds(40));
   const MonitorSnapshot m = metrics->Monitor();
   EXPECT_EQ(m.count, 4);
-  EXPECT_DOUBLE_EQ(m.error_ratio, 0.5);
+  EXPECT_DOUBLE_EQ(m.error_ratio, 0.25);
+  EXPECT_DOUBLE_EQ(m.caller_error_ratio, 0.25);
   const std::string s = metrics->Scrape();
   EXPECT_THAT(Sample(s, "metalserve_monitor_latency_p50_seconds"),
               Optional(DoubleNear(0.020, 1e-12)));
@@ -321,9 +282,30 @@ TEST(MetricsTest, MonitorCountsAnyNonOkCodeAsErrorAndExportsGauges) {
               Optional(DoubleNear(0.040, 1e-12)));
   EXPECT_THAT(Sample(s, "metalserve_monitor_latency_mean_seconds"),
               Optional(DoubleNear(0.025, 1e-12)));
-  EXPECT_THAT(Sample(s, "metalserve_monitor_error_ratio"), Optional(Eq(0.5)));
+  EXPECT_THAT(Sample(s, "metalserve_monitor_error_ratio"), Optional(Eq(0.25)));
+  EXPECT_THAT(Sample(s, "metalserve_monitor_caller_error_ratio"),
+              Optional(Eq(0.25)));
   EXPECT_THAT(Sample(s, "metalserve_monitor_window_requests"),
               Optional(Eq(4)));
+}
+
+TEST(MetricsTest, MonitorGaugesDecayToNoTrafficAfterMaxAge) {
+  SimulatedClock clock;
+  MetricsOptions options = NoListener();
+  options.clock = &clock;
+  options.monitor_max_age = absl::Seconds(60);
+  auto metrics = MakeMetrics(options);
+  metrics->RequestFinished("Predict", absl::StatusCode::kInternal,
+                           absl::Milliseconds(30));
+  EXPECT_THAT(Sample(metrics->Scrape(), "metalserve_monitor_error_ratio"),
+              Optional(Eq(1)));
+
+  clock.AdvanceTime(absl::Seconds(61));
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, "metalserve_monitor_window_requests"), Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, "metalserve_monitor_error_ratio"), Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, "metalserve_monitor_latency_p95_seconds"),
+              Optional(Eq(0)));
 }
 
 TEST(MetricsTest, ConcurrentRecordingLosesNoEvents) {
@@ -361,6 +343,11 @@ TEST(MetricsTest, RejectsInvalidOptions) {
   EXPECT_THAT(Metrics::Create(options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("monitor_window")));
+  options = NoListener();
+  options.monitor_max_age = absl::ZeroDuration();
+  EXPECT_THAT(Metrics::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("monitor_max_age must be positive, got 0")));
   options = NoListener();
   options.listen_address = "localhost";
   EXPECT_THAT(Metrics::Create(options),
@@ -536,6 +523,44 @@ TEST(MetricsTest, LogsTheMonitorOncePerIntervalOfClockTime) {
   EXPECT_EQ(logs.calls(), 1);
   clock.AdvanceTime(absl::Seconds(1));
   logs.WaitFor(2);
+}
+
+TEST(MetricsTest, LogsAnIdleStretchOnceThenResumesWithTraffic) {
+  SimulatedClock clock;
+  LogCounter logs;
+  MetricsOptions options = NoListener();
+  options.clock = &clock;
+  options.monitor_log_interval = absl::Seconds(60);
+  options.monitor_max_age = absl::Seconds(60);
+  options.on_monitor_log = [&logs](const MonitorSnapshot& s) { logs.Add(s); };
+  auto metrics = MakeMetrics(options);
+  metrics->RequestFinished("Predict", absl::StatusCode::kUnavailable,
+                           absl::Milliseconds(10));
+  clock.BlockUntilWaiters(1);
+  clock.AdvanceTime(absl::Seconds(60));
+  EXPECT_DOUBLE_EQ(logs.WaitFor(1).error_ratio, 1);
+
+  // t=120s: the request is 120 s old; one "no requests" line.
+  clock.BlockUntilWaiters(1);
+  clock.AdvanceTime(absl::Seconds(60));
+  const MonitorSnapshot idle = logs.WaitFor(2);
+  EXPECT_EQ(idle.count, 0);
+  EXPECT_EQ(idle.error_ratio, 0);
+
+  // t=180s, 240s: still idle, nothing more logged.
+  for (int i = 0; i < 2; ++i) {
+    clock.BlockUntilWaiters(1);
+    clock.AdvanceTime(absl::Seconds(60));
+  }
+  clock.BlockUntilWaiters(1);  // waiting for t=300s: the 240s turn is done
+  EXPECT_EQ(logs.calls(), 2);
+
+  metrics->RequestFinished("Predict", absl::StatusCode::kOk,
+                           absl::Milliseconds(10));
+  clock.AdvanceTime(absl::Seconds(60));
+  const MonitorSnapshot busy = logs.WaitFor(3);
+  EXPECT_EQ(busy.count, 1);
+  EXPECT_EQ(busy.error_ratio, 0);
 }
 
 TEST(MetricsTest, DestructionStopsTheLogThreadWithoutClockTime) {
