@@ -10,7 +10,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
+#include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -51,6 +54,7 @@
 #include "glog/logging.h"
 #include "server/common/status_macros.h"
 #include "server/runtime/model_signature.h"
+#include "server/runtime/signature_binding.h"
 
 namespace metalserve {
 namespace {
@@ -347,7 +351,27 @@ class TorchRunner final : public Runner {
       fn();
     }
   }
-  absl::Status Load(const RuntimeOptions& options, Level level);
+  // Load phases, each logged with its duration as it happens; all run where
+  // device work runs.
+  absl::Status Load(const RuntimeOptions& options, Level level,
+                    const std::optional<ModelSignature>& declared,
+                    const std::string& signature_path);
+  absl::StatusOr<torch::jit::Module> LoadModule(const std::string& path);
+  // Binds the declared signature to forward by name and checks it against a
+  // probe forward, or infers one (signature_binding.h); sets info_.inputs,
+  // info_.outputs and input_types_.
+  absl::Status BindSignature(torch::jit::Module& plain32, const RuntimeOptions& options,
+                             const std::optional<ModelSignature>& declared,
+                             const std::string& signature_path);
+  absl::StatusOr<c10::IValue> ProbeForward(torch::jit::Module& m, int64_t batch);
+  void KeepInferredSignature(const ModelSignature& sig, const std::string& path,
+                             bool write) const;
+  absl::Status Optimize(torch::jit::Module& plain32, const RuntimeOptions& options,
+                        Level level);
+  std::optional<torch::jit::Module> TryLevel(torch::jit::Module& plain,
+                                             const RuntimeOptions& options, Level level,
+                                             std::vector<std::string>* reasons);
+  absl::Status WarmUp(const std::vector<int64_t>& batch_sizes);
   absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
   absl::Status CheckInput(size_t i, DType dtype, const std::vector<int64_t>& shape,
                           int64_t bytes, int64_t rows) const;
@@ -375,6 +399,7 @@ class TorchRunner final : public Runner {
                                       double* worst) const;
 
   ModelInfo info_;
+  Clock* clock_ = nullptr;
   Choice device_;
   at::ScalarType compute_dtype_ = at::kFloat;
   bool channels_last_ = false;
@@ -385,10 +410,7 @@ class TorchRunner final : public Runner {
   std::unique_ptr<CachePolicy> cache_policy_;
 };
 
-absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
-    const RuntimeOptions& options) {
-  Clock* clock = options.clock != nullptr ? options.clock : Clock::RealClock();
-  const absl::Time start = clock->TimeNow();
+absl::Status ValidateOptions(const RuntimeOptions& options) {
   if (options.model_path.empty()) {
     return absl::InvalidArgumentError("model_path is empty");
   }
@@ -409,7 +431,46 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "verify_tolerance = ", options.verify_tolerance, " is negative"));
   }
+  return absl::OkStatus();
+}
+
+// The declared signature, or nullopt when there is none to read: no
+// signature_path was given and no file sits at the default path.
+absl::StatusOr<std::optional<ModelSignature>> ReadDeclaredSignature(
+    const RuntimeOptions& options, const std::string& path) {
+  absl::StatusOr<ModelSignature> sig = ReadModelSignature(path);
+  if (sig.ok()) return std::optional<ModelSignature>(*std::move(sig));
+  if (!options.signature_path.empty() || sig.status().code() != absl::StatusCode::kNotFound) {
+    return sig.status();
+  }
+  return std::optional<ModelSignature>();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceMemoryOps>> MemoryOpsFor(const Choice& device,
+                                                              DeviceThread* thread) {
+  if (device.device.is_mps()) return std::unique_ptr<DeviceMemoryOps>(new MpsMemoryOps(thread));
+  if (device.device.is_cuda()) {
+#ifdef METALSERVE_TORCH_CUDA
+    return std::unique_ptr<DeviceMemoryOps>(new CudaMemoryOps(device.device.index()));
+#else
+    return absl::FailedPreconditionError(
+        "this build of metalserve has no CUDA support (LibTorch without CUDA)");
+#endif
+  }
+  return std::unique_ptr<DeviceMemoryOps>(new CpuMemoryOps());
+}
+
+int64_t ElapsedMs(Clock* clock, absl::Time since) {
+  return absl::ToInt64Milliseconds(clock->TimeNow() - since);
+}
+
+absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
+    const RuntimeOptions& options) {
+  Clock* clock = options.clock != nullptr ? options.clock : Clock::RealClock();
+  const absl::Time start = clock->TimeNow();
+  RETURN_IF_ERROR(ValidateOptions(options));
   auto runner = std::unique_ptr<TorchRunner>(new TorchRunner());
+  runner->clock_ = clock;
   ASSIGN_OR_RETURN(runner->compute_dtype_, ParsePrecision(options.precision));
   ASSIGN_OR_RETURN(runner->device_, ChooseDevice(options.device));
   ASSIGN_OR_RETURN(const Level level, ParseLevel(options.optimize, runner->device_));
@@ -418,19 +479,12 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
   const std::string sig_path = options.signature_path.empty()
                                    ? DefaultSignaturePath(options.model_path)
                                    : options.signature_path;
-  ASSIGN_OR_RETURN(ModelSignature sig, ReadModelSignature(sig_path));
-  for (const TensorSpec& spec : sig.inputs) {
-    ASSIGN_OR_RETURN(at::ScalarType t, ToScalarType(spec.dtype));
-    runner->input_types_.push_back(t);
-  }
+  ASSIGN_OR_RETURN(const std::optional<ModelSignature> declared,
+                   ReadDeclaredSignature(options, sig_path));
   ModelInfo& info = runner->info_;
-  info.name = sig.name;
-  info.version = sig.version.empty() ? "1" : sig.version;
   info.device = runner->device_.name;
   info.torch_version = TORCH_VERSION;
   info.precision = options.precision;
-  info.inputs = sig.inputs;
-  info.outputs = sig.outputs;
 
   const char* fallback = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");
   LOG(INFO) << "runtime: device " << info.device << " (requested "
@@ -454,19 +508,8 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
   if (options.threads > 0) {
     runner->OnDevice([&] { at::set_num_threads(options.threads); });
   }
-  if (runner->device_.device.is_mps()) {
-    runner->memory_ops_ = std::make_unique<MpsMemoryOps>(runner->device_thread_.get());
-  } else if (runner->device_.device.is_cuda()) {
-#ifdef METALSERVE_TORCH_CUDA
-    runner->memory_ops_ =
-        std::make_unique<CudaMemoryOps>(runner->device_.device.index());
-#else
-    return absl::FailedPreconditionError(
-        "this build of metalserve has no CUDA support (LibTorch without CUDA)");
-#endif
-  } else {
-    runner->memory_ops_ = std::make_unique<CpuMemoryOps>();
-  }
+  ASSIGN_OR_RETURN(runner->memory_ops_,
+                   MemoryOpsFor(runner->device_, runner->device_thread_.get()));
   CachePolicyOptions cache;
   cache.empty_cache_every = options.empty_cache_every;
   cache.empty_cache_interval = options.empty_cache_interval;
@@ -478,26 +521,12 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
                    CachePolicy::Create(std::move(cache), runner->memory_ops_.get()));
 
   absl::Status status;
-  runner->OnDevice([&] { status = runner->Load(options, level); });
+  runner->OnDevice([&] { status = runner->Load(options, level, declared, sig_path); });
   RETURN_IF_ERROR(status);
   info.load_time = clock->TimeNow() - start;
-
-  // Warm-up: twice per size, because TorchScript's profiling executor
-  // optimizes the graph on the runs after the first.
   const absl::Time warm = clock->TimeNow();
-  for (int64_t b : options.warmup_batch_sizes) {
-    for (int i = 0; i < 2; ++i) {
-      runner->OnDevice([&] {
-        auto out = runner->Forward(*runner->module_, runner->Probe(b, 7),
-                                   runner->compute_dtype_);
-        status = out.status();
-      });
-      if (!status.ok()) {
-        return absl::Status(status.code(), absl::StrCat("warm-up at batch ", b,
-                                                        ": ", status.message()));
-      }
-    }
-  }
+  runner->OnDevice([&] { status = runner->WarmUp(options.warmup_batch_sizes); });
+  RETURN_IF_ERROR(status);
   info.warmup_time = clock->TimeNow() - warm;
   LOG(INFO) << "runtime: model " << info.name << " ready on " << info.device
             << ", precision " << info.precision << ", optimization "
@@ -507,26 +536,189 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
   return std::unique_ptr<Runner>(std::move(runner));
 }
 
-// Loads on CPU, moves to the device, optimizes and verifies. Runs where
-// device work must run.
-absl::Status TorchRunner::Load(const RuntimeOptions& options, Level level) {
-  torch::jit::Module plain32;
-  try {
-    if (!std::ifstream(options.model_path)) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot read model file ", options.model_path));
+// Warm-up: twice per size, because TorchScript's profiling executor
+// optimizes the graph on the runs after the first.
+absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
+  LOG(INFO) << "runtime: warming up batch sizes [" << absl::StrJoin(batch_sizes, ",")
+            << "], 2 forwards each";
+  for (int64_t b : batch_sizes) {
+    const absl::Time start = clock_->TimeNow();
+    for (int i = 0; i < 2; ++i) {
+      const auto out = Forward(*module_, Probe(b, 7), compute_dtype_);
+      if (!out.ok()) {
+        return absl::Status(out.status().code(), absl::StrCat("warm-up at batch ", b, ": ",
+                                                              out.status().message()));
+      }
     }
-    plain32 = torch::jit::load(options.model_path, torch::kCPU);
-    plain32.eval();
-    plain32.to(device_.device);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot load TorchScript model ", options.model_path, ": ",
-        ModelMessage(e.what())));
+    LOG(INFO) << "runtime: warmed up batch size " << b << " in " << ElapsedMs(clock_, start)
+              << " ms";
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<torch::jit::Module> TorchRunner::LoadModule(const std::string& path) {
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot read model file ", path));
+  const absl::Time start = clock_->TimeNow();
+  LOG(INFO) << "runtime: loading model " << path << " ("
+            << absl::StrFormat("%.1f", static_cast<double>(file.tellg()) / 1e6) << " MB) onto "
+            << device_.name;
+  try {
+    torch::jit::Module m = torch::jit::load(path, torch::kCPU);
+    m.eval();
+    m.to(device_.device);
+    LOG(INFO) << "runtime: loaded " << path << " in " << ElapsedMs(clock_, start) << " ms";
+    return m;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot load TorchScript model ", path,
+                                                   ": ", ModelMessage(e.what())));
+  }
+}
+
+// Probe inputs of `batch` rows through `m` in fp32, the result as the model
+// gives it. A model that refuses them is INVALID_ARGUMENT naming the inputs.
+absl::StatusOr<c10::IValue> TorchRunner::ProbeForward(torch::jit::Module& m, int64_t batch) {
+  std::vector<c10::IValue> args;
+  for (const at::Tensor& t : Probe(batch, 99)) args.emplace_back(t.to(device_.device));
+  try {
+    c10::InferenceMode guard;
+    return m.forward(std::move(args));
+  } catch (const std::exception& e) {
+    std::vector<std::string> in;
+    for (const TensorSpec& s : info_.inputs) {
+      in.push_back(absl::StrCat(s.name, " ", DTypeName(s.dtype), " ", ShapeToString(s.shape)));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs: a probe forward at batch ", batch, " with the signature's inputs (",
+        absl::StrJoin(in, "; "), ") fails: ", ModelMessage(e.what())));
+  }
+}
+
+absl::Status TorchRunner::BindSignature(torch::jit::Module& plain32,
+                                        const RuntimeOptions& options,
+                                        const std::optional<ModelSignature>& declared,
+                                        const std::string& signature_path) {
+  constexpr int64_t kProbeBatch = 2;  // tells the batch dimension from a 1
+  const absl::Time start = clock_->TimeNow();
+  ASSIGN_OR_RETURN(const ForwardArgs args, ReadForwardArgs(plain32));
+  ModelSignature sig;
+  if (declared.has_value()) {
+    sig = *declared;
+    LOG_IF(WARNING, !options.input_shapes.empty() || !options.input_dtypes.empty())
+        << "runtime: input shapes/dtypes given, ignored: " << signature_path << " exists";
+    RETURN_IF_ERROR(BindInputsByName(args, &sig.inputs));
+  } else {
+    ASSIGN_OR_RETURN(sig.inputs, InputsFromHints(args, options.input_shapes,
+                                                 options.input_dtypes, signature_path));
+  }
+  info_.inputs = sig.inputs;
+  input_types_.clear();
+  for (const TensorSpec& spec : sig.inputs) {
+    ASSIGN_OR_RETURN(at::ScalarType t, ToScalarType(spec.dtype));
+    input_types_.push_back(t);
+  }
+  ASSIGN_OR_RETURN(const c10::IValue result, ProbeForward(plain32, kProbeBatch));
+  if (declared.has_value()) {
+    RETURN_IF_ERROR(CheckOutputs(result, sig.outputs, kProbeBatch));
+  } else {
+    ASSIGN_OR_RETURN(sig.outputs, OutputsFromProbe(result, kProbeBatch));
+    const std::string stem = std::filesystem::path(options.model_path).stem().string();
+    sig.name = stem;
+    sig.version = "1";
+  }
+  info_.outputs = sig.outputs;
+  info_.name = sig.name;
+  info_.version = sig.version.empty() ? "1" : sig.version;
+  std::vector<std::string> bound;
+  for (const TensorSpec& s : sig.inputs) bound.push_back(s.name);
+  LOG(INFO) << "runtime: signature " << (declared.has_value() ? "checked" : "inferred")
+            << " by a probe forward at batch " << kProbeBatch << " in "
+            << ElapsedMs(clock_, start) << " ms: forward" << args.ToString()
+            << " takes inputs (" << absl::StrJoin(bound, ", ") << "), "
+            << sig.outputs.size() << " output(s)";
+  if (!declared.has_value()) {
+    KeepInferredSignature(sig, signature_path, options.write_inferred_signature);
+  }
+  return absl::OkStatus();
+}
+
+void TorchRunner::KeepInferredSignature(const ModelSignature& sig, const std::string& path,
+                                        bool write) const {
+  const std::string json = SignatureToJson(sig);
+  LOG(INFO) << "runtime: inferred signature (no " << path << "):\n" << json;
+  if (!write) return;
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << json;
+  out.close();
+  if (out && std::rename(tmp.c_str(), path.c_str()) == 0) {
+    LOG(INFO) << "runtime: wrote the inferred signature to " << path
+              << "; keep it (rename inputs or outputs there if you like), it is "
+                 "checked against the model at every start";
+    return;
+  }
+  std::remove(tmp.c_str());
+  LOG(WARNING) << "runtime: cannot write " << path << " (" << std::strerror(errno)
+               << "); save the JSON above there to keep the signature";
+}
+
+// Loads on CPU, moves to the device, binds the signature, optimizes and
+// verifies.
+absl::Status TorchRunner::Load(const RuntimeOptions& options, Level level,
+                               const std::optional<ModelSignature>& declared,
+                               const std::string& signature_path) {
+  ASSIGN_OR_RETURN(torch::jit::Module plain32, LoadModule(options.model_path));
+  RETURN_IF_ERROR(BindSignature(plain32, options, declared, signature_path));
+  return Optimize(plain32, options, level);
+}
+
+// Builds `level` from `plain` and verifies it; nullopt (with the reason
+// appended) when it fails to build, to run, or to match.
+std::optional<torch::jit::Module> TorchRunner::TryLevel(torch::jit::Module& plain,
+                                                        const RuntimeOptions& options,
+                                                        Level level,
+                                                        std::vector<std::string>* reasons) {
+  const char* name = kLevelNames[static_cast<int>(level)];
+  absl::Time start = clock_->TimeNow();
+  LOG(INFO) << "runtime: optimizing at level " << name
+            << (level == Level::kFull ? " (freeze + optimize_for_inference)" : " (freeze)");
+  std::optional<torch::jit::Module> candidate;
+  try {
+    torch::jit::Module m = torch::jit::freeze(plain);
+    if (level == Level::kFull) m = torch::jit::optimize_for_inference(m);
+    candidate = std::move(m);
+  } catch (const std::exception& e) {
+    reasons->push_back(absl::StrCat(name, " failed to build: ", ModelMessage(e.what())));
+    LOG(WARNING) << "runtime: " << reasons->back() << "; falling back";
+    return std::nullopt;
+  }
+  LOG(INFO) << "runtime: built " << name << " in " << ElapsedMs(clock_, start)
+            << " ms; verifying it against the plain model at batch sizes ["
+            << absl::StrJoin(options.warmup_batch_sizes, ",") << "]";
+  start = clock_->TimeNow();
+  double worst = 0;
+  absl::StatusOr<std::string> diff = Compare(plain, compute_dtype_, *candidate, compute_dtype_,
+                                             options, options.verify_batch_invariance, &worst);
+  if (diff.ok() && diff->empty()) {
+    reasons->push_back(absl::StrFormat(
+        "%s verified against plain at batch sizes [%s]: max relative deviation %.3g <= %.3g",
+        name, absl::StrJoin(options.warmup_batch_sizes, ","), worst, options.verify_tolerance));
+    LOG(INFO) << "runtime: " << reasons->back() << " in " << ElapsedMs(clock_, start) << " ms";
+    return candidate;
+  }
+  reasons->push_back(diff.ok() ? absl::StrCat(name, " rejected: ", *diff)
+                               : absl::StrCat(name, " failed to run: ", diff.status().message()));
+  LOG(WARNING) << "runtime: optimization " << reasons->back() << "; falling back";
+  return std::nullopt;
+}
+
+absl::Status TorchRunner::Optimize(torch::jit::Module& plain32, const RuntimeOptions& options,
+                                   Level level) {
   std::vector<std::string> reasons;
   torch::jit::Module plain = plain32;
   if (compute_dtype_ != at::kFloat) {
+    const absl::Time start = clock_->TimeNow();
+    LOG(INFO) << "runtime: casting to " << options.precision << " and comparing with fp32";
     plain = plain32.clone();
     plain.to(compute_dtype_);
     double worst = 0;
@@ -536,52 +728,23 @@ absl::Status TorchRunner::Load(const RuntimeOptions& options, Level level) {
     reasons.push_back(absl::StrFormat("%s vs fp32: max relative deviation %.3g%s",
                                       options.precision, worst,
                                       diff.empty() ? "" : absl::StrCat(" (", diff, ")")));
-    LOG(INFO) << "runtime: " << reasons.back();
+    LOG(INFO) << "runtime: " << reasons.back() << " (" << ElapsedMs(clock_, start) << " ms)";
   }
 #ifdef METALSERVE_TORCH_CUDA
   if (level == Level::kFull && device_.device.is_cuda()) {
     at::globalContext().setBenchmarkCuDNN(true);
   }
 #endif
-
   int chosen = static_cast<int>(level);
   std::optional<torch::jit::Module> candidate;
-  for (; chosen > 0; --chosen) {
-    const char* name = kLevelNames[chosen];
-    try {
-      torch::jit::Module m = torch::jit::freeze(plain);
-      if (chosen == static_cast<int>(Level::kFull)) {
-        m = torch::jit::optimize_for_inference(m);
-      }
-      candidate = std::move(m);
-    } catch (const std::exception& e) {
-      reasons.push_back(absl::StrCat(name, " failed to build: ", ModelMessage(e.what())));
-      LOG(WARNING) << "runtime: " << reasons.back();
-      continue;
-    }
-    double worst = 0;
-    absl::StatusOr<std::string> diff =
-        Compare(plain, compute_dtype_, *candidate, compute_dtype_, options,
-                options.verify_batch_invariance, &worst);
-    if (!diff.ok()) {
-      reasons.push_back(absl::StrCat(name, " failed to run: ", diff.status().message()));
-    } else if (diff->empty()) {
-      reasons.push_back(absl::StrFormat(
-          "%s verified against plain at batch sizes [%s]: max relative "
-          "deviation %.3g <= %.3g",
-          name, absl::StrJoin(options.warmup_batch_sizes, ","), worst,
-          options.verify_tolerance));
-      break;
-    } else {
-      reasons.push_back(absl::StrCat(name, " rejected: ", *diff));
-    }
-    LOG(WARNING) << "runtime: optimization " << reasons.back()
-                 << "; falling back";
-    candidate.reset();
+  for (; chosen > 0 && !candidate.has_value(); --chosen) {
+    candidate = TryLevel(plain, options, static_cast<Level>(chosen), &reasons);
+    if (candidate.has_value()) break;
   }
   if (chosen == 0) {
     candidate = plain;
     if (level == Level::kNone) reasons.push_back("none requested");
+    LOG(INFO) << "runtime: serving the plain graph (optimization none)";
   }
   info_.optimization = kLevelNames[chosen];
   info_.optimization_reason = absl::StrJoin(reasons, "; ");
@@ -624,16 +787,9 @@ absl::StatusOr<std::vector<at::Tensor>> TorchRunner::Forward(
       args.emplace_back(std::move(x));
     }
     c10::IValue out = m.forward(std::move(args));
-    std::vector<at::Tensor> result;
-    if (out.isTensor()) {
-      result.push_back(out.toTensor());
-    } else if (out.isTuple()) {
-      for (const auto& v : out.toTupleRef().elements()) result.push_back(v.toTensor());
-    } else if (out.isTensorList()) {
-      for (const at::Tensor& t : out.toTensorVector()) result.push_back(t);
-    } else {
-      return absl::InternalError("model output is not a tensor, tuple or list");
-    }
+    absl::StatusOr<std::vector<at::Tensor>> tensors = OutputTensors(out, info_.outputs);
+    if (!tensors.ok()) return absl::InternalError(tensors.status().message());
+    std::vector<at::Tensor> result = *std::move(tensors);
     for (at::Tensor& t : result) {
       t = t.to(at::kCPU);
       if (at::isFloatingType(t.scalar_type())) t = t.to(at::kFloat);
@@ -876,20 +1032,9 @@ std::vector<c10::IValue> TorchRunner::ToDevice(const std::vector<at::Tensor>& ho
 }
 
 absl::StatusOr<std::vector<Tensor>> TorchRunner::FromDevice(const c10::IValue& out) const {
-  std::vector<at::Tensor> tensors;
-  if (out.isTensor()) {
-    tensors.push_back(out.toTensor());
-  } else if (out.isTuple()) {
-    for (const auto& v : out.toTupleRef().elements()) {
-      if (!v.isTensor()) return absl::InternalError("model returned a non-tensor in a tuple");
-      tensors.push_back(v.toTensor());
-    }
-  } else if (out.isTensorList()) {
-    tensors = out.toTensorVector();
-  } else {
-    return absl::InternalError(absl::StrCat("model returned ", out.tagKind(),
-                                            ", not a tensor, tuple or list"));
-  }
+  absl::StatusOr<std::vector<at::Tensor>> bound = OutputTensors(out, info_.outputs);
+  if (!bound.ok()) return absl::InternalError(bound.status().message());
+  const std::vector<at::Tensor>& tensors = *bound;
   if (tensors.size() != info_.outputs.size()) {
     return absl::InternalError(absl::StrCat("model returned ", tensors.size(),
                                             " output(s); signature has ",
