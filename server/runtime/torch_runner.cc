@@ -1,8 +1,11 @@
-// The only translation unit that includes LibTorch. Builds against Debian's
+// The LibTorch runner: device choice, memory figures, the request path.
+// Load, verification and warm-up are in torch_runner_load.cc; the class is
+// in torch_runner_internal.h. Builds against Debian's
 // LibTorch 1.13 (CPU) and pip/Homebrew 2.x (CUDA, MPS); newer APIs are behind
 // TORCH_VERSION_MAJOR/MINOR and METALSERVE_TORCH_CUDA (set by CMake when the
 // LibTorch found has CUDA).
 #include "server/runtime/torch_runner.h"
+#include "server/runtime/torch_runner_internal.h"
 
 #include <unistd.h>
 
@@ -56,8 +59,11 @@
 #include "server/runtime/model_signature.h"
 #include "server/runtime/signature_binding.h"
 
+
 namespace metalserve {
 namespace {
+
+using torch_internal::DeviceThread;
 
 // ---------------------------------------------------------------- helpers
 
@@ -86,92 +92,11 @@ bool MpsAvailable() {
 #endif
 }
 
-absl::StatusOr<at::ScalarType> ToScalarType(DType d) {
-  switch (d) {
-    case DType::kFloat32: return at::kFloat;
-    case DType::kFloat16: return at::kHalf;
-    case DType::kBFloat16: return at::kBFloat16;
-    case DType::kFloat64: return at::kDouble;
-    case DType::kInt64: return at::kLong;
-    case DType::kInt32: return at::kInt;
-    case DType::kUInt8: return at::kByte;
-    case DType::kInt8: return at::kChar;
-    case DType::kBool: return at::kBool;
-    case DType::kInvalid: break;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("dtype ", DTypeName(d),
-                                                 " has no torch equivalent"));
-}
-
-// The model's own words: TorchScript wraps a raised exception in a traceback
-// whose last line is "builtins.RuntimeError: <message>".
-std::string ModelMessage(const std::string& what) {
-  std::vector<absl::string_view> lines =
-      absl::StrSplit(what, '\n', absl::SkipWhitespace());
-  if (lines.empty()) return "model raised an exception without a message";
-  absl::string_view pick = lines.front();
-  if (absl::StartsWith(pick, "The following operation failed")) pick = lines.back();
-  absl::ConsumePrefix(&pick, "builtins.");
-  return std::string(pick);
-}
-
 bool IsOutOfMemory(const std::string& what) {
   return absl::StrContains(what, "out of memory") ||
          absl::StrContains(what, "Out of memory") ||
          absl::StrContains(what, "OutOfMemory");
 }
-
-// Runs closures on one thread that it owns: all MPS work goes through it,
-// because two threads doing MPS work can crash inside Metal. The destructor
-// finishes queued work and joins the thread.
-class DeviceThread {
- public:
-  DeviceThread() : thread_([this] { Loop(); }) {}
-  ~DeviceThread() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    thread_.join();
-  }
-  // Runs `fn` on the device thread and waits for it.
-  void RunSync(const std::function<void()>& fn) {
-    if (std::this_thread::get_id() == thread_.get_id()) return fn();
-    absl::Notification done;
-    {
-      absl::MutexLock lock(&mu_);
-      queue_.push_back([&] {
-        fn();
-        done.Notify();
-      });
-    }
-    done.WaitForNotification();
-  }
-
- private:
-  void Loop() {
-    while (true) {
-      std::function<void()> task;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](DeviceThread* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-              return t->stopping_ || !t->queue_.empty();
-            },
-            this));
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-  }
-
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: starts after the members above exist
-};
 
 // ------------------------------------------------------ device memory ops
 
@@ -246,12 +171,36 @@ class CudaMemoryOps final : public DeviceMemoryOps {
 };
 #endif
 
-// ------------------------------------------------------------- options
+}  // namespace
 
-struct Choice {
-  c10::Device device = c10::Device(c10::kCPU);
-  std::string name;  // "cpu", "cuda:0", "mps"
-};
+namespace torch_internal {
+
+absl::StatusOr<at::ScalarType> ToScalarType(DType d) {
+  switch (d) {
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+    case DType::kFloat64: return at::kDouble;
+    case DType::kInt64: return at::kLong;
+    case DType::kInt32: return at::kInt;
+    case DType::kUInt8: return at::kByte;
+    case DType::kInt8: return at::kChar;
+    case DType::kBool: return at::kBool;
+    case DType::kInvalid: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("dtype ", DTypeName(d),
+                                                 " has no torch equivalent"));
+}
+
+std::string ModelMessage(const std::string& what) {
+  std::vector<absl::string_view> lines =
+      absl::StrSplit(what, '\n', absl::SkipWhitespace());
+  if (lines.empty()) return "model raised an exception without a message";
+  absl::string_view pick = lines.front();
+  if (absl::StartsWith(pick, "The following operation failed")) pick = lines.back();
+  absl::ConsumePrefix(&pick, "builtins.");
+  return std::string(pick);
+}
 
 absl::StatusOr<Choice> ChooseDevice(const std::string& requested) {
   const std::string build = absl::StrCat("LibTorch ", TORCH_VERSION);
@@ -302,8 +251,6 @@ absl::StatusOr<at::ScalarType> ParsePrecision(const std::string& p) {
       absl::StrCat("precision '", p, "' is not one of fp32, fp16, bf16"));
 }
 
-enum class Level { kNone = 0, kFreeze = 1, kFull = 2 };
-constexpr const char* kLevelNames[] = {"none", "freeze", "full"};
 
 absl::StatusOr<Level> ParseLevel(const std::string& optimize,
                                  const Choice& device) {
@@ -315,135 +262,6 @@ absl::StatusOr<Level> ParseLevel(const std::string& optimize,
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "optimize '", optimize, "' is not one of none, freeze, full, auto"));
-}
-
-// ------------------------------------------------------------ the runner
-
-class TorchRunner final : public Runner {
- public:
-  static absl::StatusOr<std::unique_ptr<Runner>> Create(
-      const RuntimeOptions& options);
-
-  ~TorchRunner() override {
-    if (device_thread_ != nullptr) {
-      // Module and tensors are released on the thread that owns MPS work.
-      device_thread_->RunSync([this] {
-        module_.reset();
-      });
-    }
-  }
-
-  const ModelInfo& info() const override { return info_; }
-  absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override;
-  absl::StatusOr<std::vector<Tensor>> RunBatch(
-      const std::vector<BatchedInput>& inputs) override;
-  MemoryStats Memory() override { return memory_ops_->Stats(); }
-  void BetweenBatches(bool idle) override { cache_policy_->BetweenBatches(idle); }
-
- private:
-  TorchRunner() = default;
-
-  // Runs `fn` where device work must run (the MPS thread, or here).
-  void OnDevice(const std::function<void()>& fn) {
-    if (device_thread_ != nullptr) {
-      device_thread_->RunSync(fn);
-    } else {
-      fn();
-    }
-  }
-  // Load phases, each logged with its duration as it happens; all run where
-  // device work runs.
-  absl::Status Load(const RuntimeOptions& options, Level level,
-                    const std::optional<ModelSignature>& declared,
-                    const std::string& signature_path);
-  absl::StatusOr<torch::jit::Module> LoadModule(const std::string& path);
-  // Binds the declared signature to forward by name and checks it against a
-  // probe forward, or infers one (signature_binding.h); sets info_.inputs,
-  // info_.outputs and input_types_.
-  absl::Status BindSignature(torch::jit::Module& plain32, const RuntimeOptions& options,
-                             const std::optional<ModelSignature>& declared,
-                             const std::string& signature_path);
-  absl::StatusOr<c10::IValue> ProbeForward(torch::jit::Module& m, int64_t batch);
-  void KeepInferredSignature(const ModelSignature& sig, const std::string& path,
-                             bool write) const;
-  absl::Status Optimize(torch::jit::Module& plain32, const RuntimeOptions& options,
-                        Level level);
-  std::optional<torch::jit::Module> TryLevel(torch::jit::Module& plain,
-                                             const RuntimeOptions& options, Level level,
-                                             std::vector<std::string>* reasons);
-  absl::Status WarmUp(const std::vector<int64_t>& batch_sizes);
-  absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
-  absl::Status CheckInput(size_t i, DType dtype, const std::vector<int64_t>& shape,
-                          int64_t bytes, int64_t rows) const;
-  // Host tensors for a batch: views of `inputs` (no copy), or the pieces
-  // copied once into fresh (on CUDA pinned) memory with zero padding.
-  std::vector<at::Tensor> HostViews(const std::vector<Tensor>& inputs) const;
-  std::vector<at::Tensor> HostCopies(const std::vector<BatchedInput>& inputs) const;
-  std::vector<c10::IValue> ToDevice(const std::vector<at::Tensor>& host) const;
-  absl::StatusOr<std::vector<Tensor>> FromDevice(const c10::IValue& out) const;
-  absl::StatusOr<std::vector<Tensor>> RunOnDeviceThread(
-      const std::vector<at::Tensor>& host);
-  absl::StatusOr<std::vector<Tensor>> RunHost(const std::vector<at::Tensor>& host);
-
-  // Model work on this runner's device, for verification and warm-up.
-  absl::StatusOr<std::vector<at::Tensor>> Forward(torch::jit::Module& m,
-                                                  const std::vector<at::Tensor>& in,
-                                                  at::ScalarType compute) const;
-  std::vector<at::Tensor> Probe(int64_t batch, uint64_t seed) const;
-  absl::StatusOr<std::string> Compare(torch::jit::Module& reference,
-                                      at::ScalarType reference_dtype,
-                                      torch::jit::Module& candidate,
-                                      at::ScalarType candidate_dtype,
-                                      const RuntimeOptions& options,
-                                      bool check_invariance,
-                                      double* worst) const;
-
-  ModelInfo info_;
-  Clock* clock_ = nullptr;
-  Choice device_;
-  at::ScalarType compute_dtype_ = at::kFloat;
-  bool channels_last_ = false;
-  std::vector<at::ScalarType> input_types_;
-  std::unique_ptr<DeviceThread> device_thread_;  // does all device work
-  std::optional<torch::jit::Module> module_;
-  std::unique_ptr<DeviceMemoryOps> memory_ops_;
-  std::unique_ptr<CachePolicy> cache_policy_;
-};
-
-absl::Status ValidateOptions(const RuntimeOptions& options) {
-  if (options.model_path.empty()) {
-    return absl::InvalidArgumentError("model_path is empty");
-  }
-  if (options.threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("threads = ", options.threads, " is negative"));
-  }
-  if (options.warmup_batch_sizes.empty()) {
-    return absl::InvalidArgumentError("warmup_batch_sizes is empty");
-  }
-  for (int64_t b : options.warmup_batch_sizes) {
-    if (b <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("warm-up batch size ", b, " is not positive"));
-    }
-  }
-  if (!(options.verify_tolerance >= 0.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "verify_tolerance = ", options.verify_tolerance, " is negative"));
-  }
-  return absl::OkStatus();
-}
-
-// The declared signature, or nullopt when there is none to read: no
-// signature_path was given and no file sits at the default path.
-absl::StatusOr<std::optional<ModelSignature>> ReadDeclaredSignature(
-    const RuntimeOptions& options, const std::string& path) {
-  absl::StatusOr<ModelSignature> sig = ReadModelSignature(path);
-  if (sig.ok()) return std::optional<ModelSignature>(*std::move(sig));
-  if (!options.signature_path.empty() || sig.status().code() != absl::StatusCode::kNotFound) {
-    return sig.status();
-  }
-  return std::optional<ModelSignature>();
 }
 
 absl::StatusOr<std::unique_ptr<DeviceMemoryOps>> MemoryOpsFor(const Choice& device,
@@ -458,426 +276,6 @@ absl::StatusOr<std::unique_ptr<DeviceMemoryOps>> MemoryOpsFor(const Choice& devi
 #endif
   }
   return std::unique_ptr<DeviceMemoryOps>(new CpuMemoryOps());
-}
-
-int64_t ElapsedMs(Clock* clock, absl::Time since) {
-  return absl::ToInt64Milliseconds(clock->TimeNow() - since);
-}
-
-absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
-    const RuntimeOptions& options) {
-  Clock* clock = options.clock != nullptr ? options.clock : Clock::RealClock();
-  const absl::Time start = clock->TimeNow();
-  RETURN_IF_ERROR(ValidateOptions(options));
-  auto runner = std::unique_ptr<TorchRunner>(new TorchRunner());
-  runner->clock_ = clock;
-  ASSIGN_OR_RETURN(runner->compute_dtype_, ParsePrecision(options.precision));
-  ASSIGN_OR_RETURN(runner->device_, ChooseDevice(options.device));
-  ASSIGN_OR_RETURN(const Level level, ParseLevel(options.optimize, runner->device_));
-  runner->channels_last_ = options.channels_last;
-
-  const std::string sig_path = options.signature_path.empty()
-                                   ? DefaultSignaturePath(options.model_path)
-                                   : options.signature_path;
-  ASSIGN_OR_RETURN(const std::optional<ModelSignature> declared,
-                   ReadDeclaredSignature(options, sig_path));
-  ModelInfo& info = runner->info_;
-  info.device = runner->device_.name;
-  info.torch_version = TORCH_VERSION;
-  info.precision = options.precision;
-
-  const char* fallback = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");
-  LOG(INFO) << "runtime: device " << info.device << " (requested "
-            << options.device << "), LibTorch " << TORCH_VERSION
-            << ", PYTORCH_ENABLE_MPS_FALLBACK="
-            << (fallback != nullptr ? fallback : "<unset>");
-  if (options.threads > 0) at::set_num_threads(options.threads);
-  LOG(INFO) << "runtime: intra-op threads " << at::get_num_threads();
-
-  // One thread owns all device work, load and warm-up included, on every
-  // device. On MPS two threads doing MPS work can crash inside Metal. On
-  // CUDA, cuDNN's autotuner cache and handles are per thread: a forward from
-  // a thread that did not warm up re-tunes every convolution for every batch
-  // size (measured on an H200: ResNet-50 batches of 32 took 470 ms instead of
-  // 16 ms from the executor threads). On CPU, a forward from another thread
-  // than the one that loaded and warmed up ran 1.4x slower (mobilenet_v3_small,
-  // LibTorch 1.13: 15.2 ms against 10.9 ms at batch 1; 11.3 ms on the owner
-  // thread).
-  runner->device_thread_ = std::make_unique<DeviceThread>();
-  // OpenMP's thread count is per calling thread: set it where forwards run.
-  if (options.threads > 0) {
-    runner->OnDevice([&] { at::set_num_threads(options.threads); });
-  }
-  ASSIGN_OR_RETURN(runner->memory_ops_,
-                   MemoryOpsFor(runner->device_, runner->device_thread_.get()));
-  CachePolicyOptions cache;
-  cache.empty_cache_every = options.empty_cache_every;
-  cache.empty_cache_interval = options.empty_cache_interval;
-  cache.memory_watermark = options.memory_watermark;
-  cache.on_cache_clear = options.on_cache_clear;
-  cache.clock = options.clock;
-  cache.device_name = runner->device_.name;
-  ASSIGN_OR_RETURN(runner->cache_policy_,
-                   CachePolicy::Create(std::move(cache), runner->memory_ops_.get()));
-
-  absl::Status status;
-  runner->OnDevice([&] { status = runner->Load(options, level, declared, sig_path); });
-  RETURN_IF_ERROR(status);
-  info.load_time = clock->TimeNow() - start;
-  const absl::Time warm = clock->TimeNow();
-  runner->OnDevice([&] { status = runner->WarmUp(options.warmup_batch_sizes); });
-  RETURN_IF_ERROR(status);
-  info.warmup_time = clock->TimeNow() - warm;
-  LOG(INFO) << "runtime: model " << info.name << " ready on " << info.device
-            << ", precision " << info.precision << ", optimization "
-            << info.optimization << " (" << info.optimization_reason
-            << "), load_ms=" << absl::ToInt64Milliseconds(info.load_time)
-            << " warmup_ms=" << absl::ToInt64Milliseconds(info.warmup_time);
-  return std::unique_ptr<Runner>(std::move(runner));
-}
-
-// Warm-up: twice per size, because TorchScript's profiling executor
-// optimizes the graph on the runs after the first.
-absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
-  LOG(INFO) << "runtime: warming up batch sizes [" << absl::StrJoin(batch_sizes, ",")
-            << "], 2 forwards each";
-  for (int64_t b : batch_sizes) {
-    const absl::Time start = clock_->TimeNow();
-    for (int i = 0; i < 2; ++i) {
-      const auto out = Forward(*module_, Probe(b, 7), compute_dtype_);
-      if (!out.ok()) {
-        return absl::Status(out.status().code(), absl::StrCat("warm-up at batch ", b, ": ",
-                                                              out.status().message()));
-      }
-    }
-    LOG(INFO) << "runtime: warmed up batch size " << b << " in " << ElapsedMs(clock_, start)
-              << " ms";
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<torch::jit::Module> TorchRunner::LoadModule(const std::string& path) {
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot read model file ", path));
-  const absl::Time start = clock_->TimeNow();
-  LOG(INFO) << "runtime: loading model " << path << " ("
-            << absl::StrFormat("%.1f", static_cast<double>(file.tellg()) / 1e6) << " MB) onto "
-            << device_.name;
-  try {
-    torch::jit::Module m = torch::jit::load(path, torch::kCPU);
-    m.eval();
-    m.to(device_.device);
-    LOG(INFO) << "runtime: loaded " << path << " in " << ElapsedMs(clock_, start) << " ms";
-    return m;
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot load TorchScript model ", path,
-                                                   ": ", ModelMessage(e.what())));
-  }
-}
-
-// Probe inputs of `batch` rows through `m` in fp32, the result as the model
-// gives it. A model that refuses them is INVALID_ARGUMENT naming the inputs.
-absl::StatusOr<c10::IValue> TorchRunner::ProbeForward(torch::jit::Module& m, int64_t batch) {
-  std::vector<c10::IValue> args;
-  for (const at::Tensor& t : Probe(batch, 99)) args.emplace_back(t.to(device_.device));
-  try {
-    c10::InferenceMode guard;
-    return m.forward(std::move(args));
-  } catch (const std::exception& e) {
-    std::vector<std::string> in;
-    for (const TensorSpec& s : info_.inputs) {
-      in.push_back(absl::StrCat(s.name, " ", DTypeName(s.dtype), " ", ShapeToString(s.shape)));
-    }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inputs: a probe forward at batch ", batch, " with the signature's inputs (",
-        absl::StrJoin(in, "; "), ") fails: ", ModelMessage(e.what())));
-  }
-}
-
-absl::Status TorchRunner::BindSignature(torch::jit::Module& plain32,
-                                        const RuntimeOptions& options,
-                                        const std::optional<ModelSignature>& declared,
-                                        const std::string& signature_path) {
-  constexpr int64_t kProbeBatch = 2;  // tells the batch dimension from a 1
-  const absl::Time start = clock_->TimeNow();
-  ASSIGN_OR_RETURN(const ForwardArgs args, ReadForwardArgs(plain32));
-  ModelSignature sig;
-  if (declared.has_value()) {
-    sig = *declared;
-    LOG_IF(WARNING, !options.input_shapes.empty() || !options.input_dtypes.empty())
-        << "runtime: input shapes/dtypes given, ignored: " << signature_path << " exists";
-    RETURN_IF_ERROR(BindInputsByName(args, &sig.inputs));
-  } else {
-    ASSIGN_OR_RETURN(sig.inputs, InputsFromHints(args, options.input_shapes,
-                                                 options.input_dtypes, signature_path));
-  }
-  info_.inputs = sig.inputs;
-  input_types_.clear();
-  for (const TensorSpec& spec : sig.inputs) {
-    ASSIGN_OR_RETURN(at::ScalarType t, ToScalarType(spec.dtype));
-    input_types_.push_back(t);
-  }
-  ASSIGN_OR_RETURN(const c10::IValue result, ProbeForward(plain32, kProbeBatch));
-  if (declared.has_value()) {
-    RETURN_IF_ERROR(CheckOutputs(result, sig.outputs, kProbeBatch));
-  } else {
-    ASSIGN_OR_RETURN(sig.outputs, OutputsFromProbe(result, kProbeBatch));
-    const std::string stem = std::filesystem::path(options.model_path).stem().string();
-    sig.name = stem;
-    sig.version = "1";
-  }
-  info_.outputs = sig.outputs;
-  info_.name = sig.name;
-  info_.version = sig.version.empty() ? "1" : sig.version;
-  std::vector<std::string> bound;
-  for (const TensorSpec& s : sig.inputs) bound.push_back(s.name);
-  LOG(INFO) << "runtime: signature " << (declared.has_value() ? "checked" : "inferred")
-            << " by a probe forward at batch " << kProbeBatch << " in "
-            << ElapsedMs(clock_, start) << " ms: forward" << args.ToString()
-            << " takes inputs (" << absl::StrJoin(bound, ", ") << "), "
-            << sig.outputs.size() << " output(s)";
-  if (!declared.has_value()) {
-    KeepInferredSignature(sig, signature_path, options.write_inferred_signature);
-  }
-  return absl::OkStatus();
-}
-
-void TorchRunner::KeepInferredSignature(const ModelSignature& sig, const std::string& path,
-                                        bool write) const {
-  const std::string json = SignatureToJson(sig);
-  LOG(INFO) << "runtime: inferred signature (no " << path << "):\n" << json;
-  if (!write) return;
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::trunc);
-  out << json;
-  out.close();
-  if (out && std::rename(tmp.c_str(), path.c_str()) == 0) {
-    LOG(INFO) << "runtime: wrote the inferred signature to " << path
-              << "; keep it (rename inputs or outputs there if you like), it is "
-                 "checked against the model at every start";
-    return;
-  }
-  std::remove(tmp.c_str());
-  LOG(WARNING) << "runtime: cannot write " << path << " (" << std::strerror(errno)
-               << "); save the JSON above there to keep the signature";
-}
-
-// Loads on CPU, moves to the device, binds the signature, optimizes and
-// verifies.
-absl::Status TorchRunner::Load(const RuntimeOptions& options, Level level,
-                               const std::optional<ModelSignature>& declared,
-                               const std::string& signature_path) {
-  ASSIGN_OR_RETURN(torch::jit::Module plain32, LoadModule(options.model_path));
-  RETURN_IF_ERROR(BindSignature(plain32, options, declared, signature_path));
-  return Optimize(plain32, options, level);
-}
-
-// Builds `level` from `plain` and verifies it; nullopt (with the reason
-// appended) when it fails to build, to run, or to match.
-std::optional<torch::jit::Module> TorchRunner::TryLevel(torch::jit::Module& plain,
-                                                        const RuntimeOptions& options,
-                                                        Level level,
-                                                        std::vector<std::string>* reasons) {
-  const char* name = kLevelNames[static_cast<int>(level)];
-  absl::Time start = clock_->TimeNow();
-  LOG(INFO) << "runtime: optimizing at level " << name
-            << (level == Level::kFull ? " (freeze + optimize_for_inference)" : " (freeze)");
-  std::optional<torch::jit::Module> candidate;
-  try {
-    torch::jit::Module m = torch::jit::freeze(plain);
-    if (level == Level::kFull) m = torch::jit::optimize_for_inference(m);
-    candidate = std::move(m);
-  } catch (const std::exception& e) {
-    reasons->push_back(absl::StrCat(name, " failed to build: ", ModelMessage(e.what())));
-    LOG(WARNING) << "runtime: " << reasons->back() << "; falling back";
-    return std::nullopt;
-  }
-  LOG(INFO) << "runtime: built " << name << " in " << ElapsedMs(clock_, start)
-            << " ms; verifying it against the plain model at batch sizes ["
-            << absl::StrJoin(options.warmup_batch_sizes, ",") << "]";
-  start = clock_->TimeNow();
-  double worst = 0;
-  absl::StatusOr<std::string> diff = Compare(plain, compute_dtype_, *candidate, compute_dtype_,
-                                             options, options.verify_batch_invariance, &worst);
-  if (diff.ok() && diff->empty()) {
-    reasons->push_back(absl::StrFormat(
-        "%s verified against plain at batch sizes [%s]: max relative deviation %.3g <= %.3g",
-        name, absl::StrJoin(options.warmup_batch_sizes, ","), worst, options.verify_tolerance));
-    LOG(INFO) << "runtime: " << reasons->back() << " in " << ElapsedMs(clock_, start) << " ms";
-    return candidate;
-  }
-  reasons->push_back(diff.ok() ? absl::StrCat(name, " rejected: ", *diff)
-                               : absl::StrCat(name, " failed to run: ", diff.status().message()));
-  LOG(WARNING) << "runtime: optimization " << reasons->back() << "; falling back";
-  return std::nullopt;
-}
-
-absl::Status TorchRunner::Optimize(torch::jit::Module& plain32, const RuntimeOptions& options,
-                                   Level level) {
-  std::vector<std::string> reasons;
-  torch::jit::Module plain = plain32;
-  if (compute_dtype_ != at::kFloat) {
-    const absl::Time start = clock_->TimeNow();
-    LOG(INFO) << "runtime: casting to " << options.precision << " and comparing with fp32";
-    plain = plain32.clone();
-    plain.to(compute_dtype_);
-    double worst = 0;
-    ASSIGN_OR_RETURN(std::string diff,
-                     Compare(plain32, at::kFloat, plain, compute_dtype_, options,
-                             /*check_invariance=*/false, &worst));
-    reasons.push_back(absl::StrFormat("%s vs fp32: max relative deviation %.3g%s",
-                                      options.precision, worst,
-                                      diff.empty() ? "" : absl::StrCat(" (", diff, ")")));
-    LOG(INFO) << "runtime: " << reasons.back() << " (" << ElapsedMs(clock_, start) << " ms)";
-  }
-#ifdef METALSERVE_TORCH_CUDA
-  if (level == Level::kFull && device_.device.is_cuda()) {
-    at::globalContext().setBenchmarkCuDNN(true);
-  }
-#endif
-  int chosen = static_cast<int>(level);
-  std::optional<torch::jit::Module> candidate;
-  for (; chosen > 0 && !candidate.has_value(); --chosen) {
-    candidate = TryLevel(plain, options, static_cast<Level>(chosen), &reasons);
-    if (candidate.has_value()) break;
-  }
-  if (chosen == 0) {
-    candidate = plain;
-    if (level == Level::kNone) reasons.push_back("none requested");
-    LOG(INFO) << "runtime: serving the plain graph (optimization none)";
-  }
-  info_.optimization = kLevelNames[chosen];
-  info_.optimization_reason = absl::StrJoin(reasons, "; ");
-  module_ = std::move(candidate);
-  return absl::OkStatus();
-}
-
-// Seeded probe inputs of `batch` rows; every row differs from the others.
-std::vector<at::Tensor> TorchRunner::Probe(int64_t batch, uint64_t seed) const {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  std::vector<at::Tensor> out;
-  for (size_t i = 0; i < info_.inputs.size(); ++i) {
-    std::vector<int64_t> shape = info_.inputs[i].shape;
-    shape[0] = batch;
-    for (int64_t& d : shape) d = std::max<int64_t>(d, 1);
-    const at::ScalarType t = input_types_[i];
-    at::Tensor x;
-    if (at::isFloatingType(t)) {
-      x = at::rand(shape, gen, at::TensorOptions().dtype(at::kFloat)).to(t);
-    } else if (t == at::kBool) {
-      x = at::randint(0, 2, shape, gen, at::TensorOptions().dtype(at::kLong)).to(t);
-    } else {
-      x = at::randint(0, 10, shape, gen, at::TensorOptions().dtype(at::kLong)).to(t);
-    }
-    out.push_back(x);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<at::Tensor>> TorchRunner::Forward(
-    torch::jit::Module& m, const std::vector<at::Tensor>& in,
-    at::ScalarType compute) const {
-  try {
-    c10::InferenceMode guard;
-    std::vector<c10::IValue> args;
-    for (const at::Tensor& t : in) {
-      at::Tensor x = t.to(device_.device);
-      if (at::isFloatingType(x.scalar_type())) x = x.to(compute);
-      if (channels_last_ && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-      args.emplace_back(std::move(x));
-    }
-    c10::IValue out = m.forward(std::move(args));
-    absl::StatusOr<std::vector<at::Tensor>> tensors = OutputTensors(out, info_.outputs);
-    if (!tensors.ok()) return absl::InternalError(tensors.status().message());
-    std::vector<at::Tensor> result = *std::move(tensors);
-    for (at::Tensor& t : result) {
-      t = t.to(at::kCPU);
-      if (at::isFloatingType(t.scalar_type())) t = t.to(at::kFloat);
-    }
-    return result;
-  } catch (const std::exception& e) {
-    return absl::InternalError(ModelMessage(e.what()));
-  }
-}
-
-// Compares `candidate` with `reference` on seeded probes at every warm-up
-// batch size. Returns "" when within tolerance, else what differed; *worst is
-// the largest relative deviation seen.
-absl::StatusOr<std::string> TorchRunner::Compare(
-    torch::jit::Module& reference, at::ScalarType reference_dtype,
-    torch::jit::Module& candidate, at::ScalarType candidate_dtype,
-    const RuntimeOptions& options, bool check_invariance, double* worst) const {
-  // A low-precision graph cannot be held closer than its own rounding:
-  // allow two units in the last place of the compared dtype (bf16 2^-7,
-  // fp16 2^-10) when that is looser than the stated tolerance.
-  double tol = options.verify_tolerance;
-  if (reference_dtype == candidate_dtype && candidate_dtype == at::kBFloat16) {
-    tol = std::max(tol, 2.0 * std::ldexp(1.0, -7));
-  } else if (reference_dtype == candidate_dtype && candidate_dtype == at::kHalf) {
-    tol = std::max(tol, 2.0 * std::ldexp(1.0, -10));
-  }
-  std::vector<std::string> problems;
-  auto rel = [](const at::Tensor& a, const at::Tensor& ref) {
-    const double scale = std::max(ref.abs().max().item<double>(), 1e-12);
-    return (a - ref).abs().max().item<double>() / scale;
-  };
-  for (int64_t b : options.warmup_batch_sizes) {
-    const std::vector<at::Tensor> probe = Probe(b, 1000 + b);
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> want, Forward(reference, probe, reference_dtype));
-    // Twice: the profiling executor may change the graph on the second run.
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> got, Forward(candidate, probe, candidate_dtype));
-    ASSIGN_OR_RETURN(got, Forward(candidate, probe, candidate_dtype));
-    if (got.size() != want.size()) {
-      return absl::InternalError("plain and optimized models differ in output count");
-    }
-    for (size_t o = 0; o < want.size(); ++o) {
-      if (!got[o].sizes().equals(want[o].sizes())) {
-        problems.push_back(absl::StrCat("batch ", b, " output ", o, " shape differs"));
-        continue;
-      }
-      const double r = rel(got[o], want[o]);
-      *worst = std::max(*worst, r);
-      if (r > tol) {
-        problems.push_back(absl::StrFormat(
-            "batch %d output %d: max relative deviation %.3g > %.3g", b, o, r, tol));
-      }
-      if (want[o].dim() == 2 && want[o].size(1) > 1) {
-        // Arg-max must agree on rows whose top two are not within tolerance.
-        const auto top = want[o].topk(2, 1);
-        const double scale = std::max(want[o].abs().max().item<double>(), 1e-12);
-        const at::Tensor clear =
-            (std::get<0>(top).select(1, 0) - std::get<0>(top).select(1, 1)) > tol * scale;
-        const at::Tensor differ = (want[o].argmax(1) != got[o].argmax(1)) & clear;
-        const int64_t n = differ.sum().item<int64_t>();
-        if (n > 0) {
-          problems.push_back(absl::StrCat("batch ", b, " output ", o, ": arg-max differs on ",
-                                          n, " of ", b, " rows"));
-        }
-      }
-    }
-    if (!check_invariance || b == 1) continue;
-    // A row's output must not depend on its position in the batch.
-    std::vector<int64_t> rows = {0, 1, b / 2, b - 1};
-    std::sort(rows.begin(), rows.end());
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    for (int64_t row : rows) {
-      std::vector<at::Tensor> alone;
-      for (const at::Tensor& t : probe) alone.push_back(t.narrow(0, row, 1));
-      ASSIGN_OR_RETURN(std::vector<at::Tensor> single, Forward(candidate, alone, candidate_dtype));
-      for (size_t o = 0; o < single.size() && o < got.size(); ++o) {
-        const at::Tensor in_batch = got[o].narrow(0, row, 1);
-        if (!in_batch.sizes().equals(single[o].sizes())) continue;
-        const double r = rel(in_batch, single[o]);
-        *worst = std::max(*worst, r);
-        if (r > tol) {
-          problems.push_back(absl::StrFormat(
-              "row %d of batch %d differs from the same row alone by %.3g (output %d)",
-              row, b, r, o));
-        }
-      }
-    }
-  }
-  return absl::StrJoin(problems, ", ");
 }
 
 absl::Status TorchRunner::CheckInput(size_t i, DType dtype,
@@ -1086,11 +484,11 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunOnDeviceThread(
   }
 }
 
-}  // namespace
+}  // namespace torch_internal
 
 absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(
     const RuntimeOptions& options) {
-  return TorchRunner::Create(options);
+  return torch_internal::TorchRunner::Create(options);
 }
 
 }  // namespace metalserve

@@ -1,6 +1,6 @@
 // The LibTorch implementation of Runner: one TorchScript model resident on
 // MPS, CUDA or CPU. This header is torch-free; LibTorch is seen only by
-// torch_runner.cc.
+// torch_runner.cc, torch_runner_load.cc and their internal headers.
 //
 // What CreateTorchRunner does before it returns (the server is not ready
 // until it has); each phase is logged as it starts and with its duration

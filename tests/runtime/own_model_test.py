@@ -191,7 +191,8 @@ class LoadLogTest(unittest.TestCase):
             r"runtime: optimizing at level full \(freeze \+ optimize_for_inference\)",
             r"runtime: built full in \d+ ms; verifying it against the plain model "
             r"at batch sizes \[1,4\]",
-            r"runtime: full verified .* in \d+ ms",
+            # A LibTorch whose rewrite is inexact falls back; either is logged.
+            r"runtime: (full verified .* in \d+ ms|optimization full rejected)",
             r"runtime: warming up batch sizes \[1,4\]",
             r"runtime: warmed up batch size 1 in \d+ ms",
             r"runtime: warmed up batch size 4 in \d+ ms",
