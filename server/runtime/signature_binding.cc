@@ -160,10 +160,11 @@ absl::StatusOr<std::vector<TensorSpec>> InputsFromHints(
   }
   std::vector<TensorSpec> inputs;
   std::vector<std::string> missing;
-  for (size_t i = 0; i < args.required; ++i) {
+  for (size_t i = 0; i < args.names.size(); ++i) {
     const std::string& name = args.names[i];
     const auto shape = shapes.find(name);
     if (shape == shapes.end()) {
+      if (i >= args.required) break;  // optional arguments keep their defaults
       missing.push_back(name);
       continue;
     }
@@ -174,6 +175,12 @@ absl::StatusOr<std::vector<TensorSpec>> InputsFromHints(
     spec.shape = {-1};
     spec.shape.insert(spec.shape.end(), shape->second.begin(), shape->second.end());
     inputs.push_back(std::move(spec));
+  }
+  if (missing.empty() && inputs.size() < shapes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input_shape gives ", shapes.size(), " input(s) but forward", args.ToString(),
+        " takes them in order: give a shape for every argument before the last one "
+        "you pass (", inputs.size(), " given in order)"));
   }
   if (!missing.empty()) {
     std::vector<std::string> example;
