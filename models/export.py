@@ -16,6 +16,10 @@ in CI, see README for serving your own model):
   tiny_cnn            [N,3,8,8] -> [N,10]
   identity            [N,4] -> [N,4], returns its input
   poison              [N,4] -> [N,4] = 2*x; raises when any element is -777
+  two_in_two_out      forward(image [N,3] float32, count [N,1] int64) ->
+                      (scaled = image*count [N,3] float32, next = count+1 [N,1] int64)
+  dict_out            [N,4] -> {"probs": softmax [N,4] float32,
+                                "top": arg-max [N,1] int64}
 
 Works with torch 1.13 and 2.x.
 """
@@ -24,6 +28,7 @@ import json
 import os
 import sys
 import time
+from typing import Dict, Tuple
 
 import torch
 
@@ -53,6 +58,19 @@ class Poison(torch.nn.Module):
         if bool((x == -777.0).any()):
             raise RuntimeError("poison: input contains the marker value -777")
         return x * 2.0
+
+
+class TwoInTwoOut(torch.nn.Module):
+    """Two inputs of different dtypes and two outputs: binding inputs by
+    position instead of name would give wrong dtypes and values."""
+
+    def forward(self, image: torch.Tensor, count: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return image * count.to(image.dtype), count + 1
+
+
+class DictOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"probs": torch.softmax(x, 1), "top": torch.argmax(x, 1, keepdim=True)}
 
 
 def _torchvision(name):
@@ -118,6 +136,14 @@ def _small(cls, in_shape, out_shape, in_name="input", out_name="output"):
                    "outputs": [_spec(out_name, out_shape)]}
 
 
+def _scripted(cls, inputs, outputs):
+    def build():
+        return torch.jit.script(cls().eval())
+
+    return build, {"inputs": [_spec(*i) for i in inputs],
+                   "outputs": [_spec(*o) for o in outputs]}
+
+
 MODELS = {
     "resnet18": _image_model("resnet18"),
     "mobilenet_v2": _image_model("mobilenet_v2"),
@@ -125,6 +151,11 @@ MODELS = {
     "tiny_cnn": _small(TinyCnn, [-1, 3, 8, 8], [-1, 10], out_name="logits"),
     "identity": _small(Identity, [-1, 4], [-1, 4]),
     "poison": _small(Poison, [-1, 4], [-1, 4]),
+    "two_in_two_out": _scripted(
+        TwoInTwoOut, [("image", [-1, 3]), ("count", [-1, 1], "int64")],
+        [("scaled", [-1, 3]), ("next", [-1, 1], "int64")]),
+    "dict_out": _scripted(DictOut, [("x", [-1, 4])],
+                          [("probs", [-1, 4]), ("top", [-1, 1], "int64")]),
 }
 
 # Exported only when named with --only (benchmarks on the GPU host).
@@ -135,17 +166,28 @@ EXTRA_MODELS = {
 }
 
 
+_DTYPES = {"float32": torch.float32, "float16": torch.float16,
+           "uint8": torch.uint8, "int64": torch.int64}
+
+
 def _check(module, sig):
-    """Runs the exported module once on a batch of 2 to prove it loads."""
-    shape = [2] + sig["inputs"][0]["shape"][1:]
-    dtype = {"float32": torch.float32, "float16": torch.float16,
-             "uint8": torch.uint8}[sig["inputs"][0]["dtype"]]
-    x = (torch.rand(shape) * (255 if dtype == torch.uint8 else 1)).to(dtype)
+    """Runs the exported module once on a batch of 2 to prove it loads and
+    gives the declared outputs (a tensor, a tuple, or a dict by key)."""
+    args = []
+    for spec in sig["inputs"]:
+        dtype = _DTYPES[spec["dtype"]]
+        scale = 1 if dtype.is_floating_point else 10
+        args.append((torch.rand([2] + spec["shape"][1:]) * scale).to(dtype))
     with torch.no_grad():
-        out = module(x)
-    want = [2] + sig["outputs"][0]["shape"][1:]
-    if list(out.shape) != want:
-        raise SystemExit(f"output shape {list(out.shape)} != {want}")
+        out = module(*args)
+    if isinstance(out, dict):
+        out = [out[spec["name"]] for spec in sig["outputs"]]
+    elif isinstance(out, torch.Tensor):
+        out = [out]
+    for got, spec in zip(out, sig["outputs"]):
+        want = [2] + spec["shape"][1:]
+        if list(got.shape) != want or got.dtype != _DTYPES[spec["dtype"]]:
+            raise SystemExit(f"output {spec['name']}: {list(got.shape)} {got.dtype} != {want}")
 
 
 def main(argv):

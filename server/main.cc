@@ -20,11 +20,22 @@
 #include "glog/logging.h"
 #include "server/common/flags_help.h"
 #include "server/metrics/metrics.h"
+#include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
 #include "server/service/server.h"
 
 ABSL_FLAG(std::string, model, METALSERVE_DEFAULT_MODEL,
-          "TorchScript model file; its signature is read from the .json beside it");
+          "TorchScript model file; its signature is read from the .json beside it "
+          "(without one, see --input_shape)");
+ABSL_FLAG(std::string, input_shape, "",
+          "Only for a model without a signature .json: each input's shape after the "
+          "batch dimension, by forward's argument name, all inputs in this one flag with "
+          "NAME= starting each, e.g. x=3,224,224 or image=3,224,224,mask=224,224; the "
+          "server then infers the outputs and writes the .json (docs/signature.md). "
+          "Default: none");
+ABSL_FLAG(std::string, input_dtype, "",
+          "With --input_shape: dtypes by input name, e.g. mask=uint8,ids=int64 "
+          "(names: docs/signature.md). Default: float32 for every input");
 ABSL_FLAG(std::string, address, "127.0.0.1:8500",
           "gRPC listen address host:port (loopback by default; port 0 picks one)");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
@@ -165,6 +176,10 @@ int main(int argc, char** argv) {
   ro.threads = absl::GetFlag(FLAGS_threads);
   if (ro.threads == 0) ro.threads = static_cast<int>(std::thread::hardware_concurrency());
   ro.precision = absl::GetFlag(FLAGS_precision);
+  ro.input_shapes =
+      OrDie(metalserve::ParseInputShapes(absl::GetFlag(FLAGS_input_shape)), "--input_shape");
+  ro.input_dtypes =
+      OrDie(metalserve::ParseInputDtypes(absl::GetFlag(FLAGS_input_dtype)), "--input_dtype");
   ro.channels_last = absl::GetFlag(FLAGS_channels_last);
   ro.optimize = absl::GetFlag(FLAGS_optimize);
   ro.warmup_batch_sizes = so.batching.allowed_batch_sizes;

@@ -9,7 +9,11 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "server/common/status_macros.h"
 
 namespace metalserve {
@@ -120,6 +124,12 @@ class Parser {
   size_t pos_ = 0;
 };
 
+// Every name ParseDType (server/common/tensor.cc) accepts; docs/signature.md
+// lists the same.
+constexpr const char* kAcceptedDtypes =
+    "float32 (fp32, float), float16 (fp16, half), bfloat16 (bf16), "
+    "float64 (fp64, double), int64, int32, uint8, int8, bool";
+
 absl::StatusOr<std::vector<TensorSpec>> ParseSpecs(const Json& root,
                                                    const std::string& key) {
   auto it = root.fields.find(key);
@@ -130,6 +140,7 @@ absl::StatusOr<std::vector<TensorSpec>> ParseSpecs(const Json& root,
   }
   std::vector<TensorSpec> specs;
   for (const Json& item : it->second.items) {
+    const std::string field = absl::StrCat(key, "[", specs.size(), "]");
     const auto name = item.fields.find("name");
     const auto dtype = item.fields.find("dtype");
     const auto shape = item.fields.find("shape");
@@ -137,25 +148,124 @@ absl::StatusOr<std::vector<TensorSpec>> ParseSpecs(const Json& root,
         dtype == item.fields.end() || shape == item.fields.end() ||
         shape->second.kind != Json::kArray) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "signature JSON: each of '", key, "' needs name, dtype and shape"));
+          "signature JSON: ", field, " needs \"name\", \"dtype\" and \"shape\" (a list)"));
     }
     TensorSpec spec;
     spec.name = name->second.str;
-    ASSIGN_OR_RETURN(spec.dtype, ParseDType(dtype->second.str));
+    absl::StatusOr<DType> parsed = ParseDType(dtype->second.str);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "signature JSON: ", field, ".dtype: ", parsed.status().message(),
+          "; accepted: ", kAcceptedDtypes));
+    }
+    spec.dtype = *parsed;
     for (const Json& d : shape->second.items) {
       spec.shape.push_back(static_cast<int64_t>(d.number));
     }
     if (spec.shape.empty() || spec.shape[0] != -1) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "signature JSON: ", key, " '", spec.name, "' shape ",
-          ShapeToString(spec.shape), " must start with the batch dimension -1"));
+          "signature JSON: ", field, ".shape ", ShapeToString(spec.shape),
+          " ('", spec.name, "') must start with the batch dimension -1"));
     }
     specs.push_back(std::move(spec));
   }
   return specs;
 }
 
+std::string Quoted(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+std::string SpecsToJson(const std::vector<TensorSpec>& specs) {
+  std::vector<std::string> items;
+  for (const TensorSpec& t : specs) {
+    items.push_back(absl::StrCat("    {\"name\": ", Quoted(t.name), ", \"dtype\": \"",
+                                 DTypeName(t.dtype), "\", \"shape\": [",
+                                 absl::StrJoin(t.shape, ", "), "]}"));
+  }
+  return absl::StrCat("[\n", absl::StrJoin(items, ",\n"), "\n  ]");
+}
+
+// "NAME=value" items of a comma list; an item without '=' continues the
+// previous one (a shape's further dimensions). Values keep their commas.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> SplitNamed(
+    absl::string_view list, absl::string_view what) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (absl::string_view item : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    const size_t eq = item.find('=');
+    if (eq == absl::string_view::npos) {
+      if (out.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " '", list, "': '", item, "' has no NAME= before it"));
+      }
+      absl::StrAppend(&out.back().second, ",", item);
+      continue;
+    }
+    const std::string name(absl::StripAsciiWhitespace(item.substr(0, eq)));
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " '", list, "': '", item, "' has an empty name"));
+    }
+    for (const auto& [seen, unused] : out) {
+      if (seen == name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " '", list, "': input '", name, "' is given twice"));
+      }
+    }
+    out.emplace_back(name, std::string(item.substr(eq + 1)));
+  }
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<std::map<std::string, std::vector<int64_t>>> ParseInputShapes(
+    absl::string_view list) {
+  ASSIGN_OR_RETURN(auto items, SplitNamed(list, "input_shape"));
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, value] : items) {
+    std::vector<int64_t>& dims = shapes[name];
+    for (absl::string_view d : absl::StrSplit(value, ',')) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(d, &v) || v <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input_shape '", list, "': input '", name, "' dimension '", d,
+            "' is not a positive integer (give the dimensions after the batch "
+            "dimension, e.g. ", name, "=3,224,224)"));
+      }
+      dims.push_back(v);
+    }
+  }
+  return shapes;
+}
+
+absl::StatusOr<std::map<std::string, DType>> ParseInputDtypes(absl::string_view list) {
+  ASSIGN_OR_RETURN(auto items, SplitNamed(list, "input_dtype"));
+  std::map<std::string, DType> dtypes;
+  for (const auto& [name, value] : items) {
+    absl::StatusOr<DType> d = ParseDType(value);
+    if (!d.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input_dtype '", list, "': input '", name, "': ", d.status().message(),
+          " (see docs/signature.md for the dtype names)"));
+    }
+    dtypes[name] = *d;
+  }
+  return dtypes;
+}
+
+std::string SignatureToJson(const ModelSignature& sig) {
+  return absl::StrCat("{\n  \"name\": ", Quoted(sig.name), ",\n  \"version\": ",
+                      Quoted(sig.version.empty() ? "1" : sig.version),
+                      ",\n  \"inputs\": ", SpecsToJson(sig.inputs),
+                      ",\n  \"outputs\": ", SpecsToJson(sig.outputs), "\n}\n");
+}
 
 absl::StatusOr<ModelSignature> ParseModelSignature(absl::string_view json) {
   ASSIGN_OR_RETURN(Json root, Parser(json).ParseDocument());

@@ -1,15 +1,19 @@
 // The model's signature, read from the JSON sidecar that models/export.py
-// writes beside each TorchScript file (TorchScript does not carry one
-// reliably). Format:
+// writes beside each TorchScript file, or inferred by the runtime from the
+// model's forward schema and a probe forward (then written beside the model
+// with SignatureToJson). Format (every key: docs/signature.md):
 //   {"name": "resnet18", "version": "1",
 //    "inputs":  [{"name": "input",  "dtype": "float32", "shape": [-1,3,224,224]}],
 //    "outputs": [{"name": "logits", "dtype": "float32", "shape": [-1,1000]}]}
-// The first dimension of every shape is the batch dimension (-1).
+// The first dimension of every shape is the batch dimension (-1); another -1
+// is a dimension the signature does not fix. The runtime checks the
+// signature against the model at load (torch_runner.h).
 //
 // Thread-safety: free functions over values; no shared state.
 #ifndef METALSERVE_SERVER_RUNTIME_MODEL_SIGNATURE_H_
 #define METALSERVE_SERVER_RUNTIME_MODEL_SIGNATURE_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +38,18 @@ absl::StatusOr<ModelSignature> ParseModelSignature(absl::string_view json);
 absl::StatusOr<ModelSignature> ReadModelSignature(const std::string& path);
 // "model.pt" -> "model.json"; appends ".json" when there is no extension.
 std::string DefaultSignaturePath(absl::string_view model_path);
+// The signature as JSON that ParseModelSignature reads back (one line per
+// tensor).
+std::string SignatureToJson(const ModelSignature& sig);
+
+// Input shapes without the batch dimension, by input name, from a comma
+// list where a "NAME=" starts each input: "image=3,224,224,mask=224,224".
+// InvalidArgument names the item for a missing name, a dimension that is not
+// a positive integer, or a name given twice.
+absl::StatusOr<std::map<std::string, std::vector<int64_t>>> ParseInputShapes(
+    absl::string_view list);
+// Input dtypes by name from "image=float32,mask=uint8" (ParseDType names).
+absl::StatusOr<std::map<std::string, DType>> ParseInputDtypes(absl::string_view list);
 
 }  // namespace metalserve
 

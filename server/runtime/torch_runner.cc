@@ -1,8 +1,11 @@
-// The only translation unit that includes LibTorch. Builds against Debian's
+// The LibTorch runner: device choice, memory figures, the request path.
+// Load, verification and warm-up are in torch_runner_load.cc; the class is
+// in torch_runner_internal.h. Builds against Debian's
 // LibTorch 1.13 (CPU) and pip/Homebrew 2.x (CUDA, MPS); newer APIs are behind
 // TORCH_VERSION_MAJOR/MINOR and METALSERVE_TORCH_CUDA (set by CMake when the
 // LibTorch found has CUDA).
 #include "server/runtime/torch_runner.h"
+#include "server/runtime/torch_runner_internal.h"
 
 #include <unistd.h>
 
@@ -10,7 +13,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
+#include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -51,9 +57,13 @@
 #include "glog/logging.h"
 #include "server/common/status_macros.h"
 #include "server/runtime/model_signature.h"
+#include "server/runtime/signature_binding.h"
+
 
 namespace metalserve {
 namespace {
+
+using torch_internal::DeviceThread;
 
 // ---------------------------------------------------------------- helpers
 
@@ -82,92 +92,11 @@ bool MpsAvailable() {
 #endif
 }
 
-absl::StatusOr<at::ScalarType> ToScalarType(DType d) {
-  switch (d) {
-    case DType::kFloat32: return at::kFloat;
-    case DType::kFloat16: return at::kHalf;
-    case DType::kBFloat16: return at::kBFloat16;
-    case DType::kFloat64: return at::kDouble;
-    case DType::kInt64: return at::kLong;
-    case DType::kInt32: return at::kInt;
-    case DType::kUInt8: return at::kByte;
-    case DType::kInt8: return at::kChar;
-    case DType::kBool: return at::kBool;
-    case DType::kInvalid: break;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("dtype ", DTypeName(d),
-                                                 " has no torch equivalent"));
-}
-
-// The model's own words: TorchScript wraps a raised exception in a traceback
-// whose last line is "builtins.RuntimeError: <message>".
-std::string ModelMessage(const std::string& what) {
-  std::vector<absl::string_view> lines =
-      absl::StrSplit(what, '\n', absl::SkipWhitespace());
-  if (lines.empty()) return "model raised an exception without a message";
-  absl::string_view pick = lines.front();
-  if (absl::StartsWith(pick, "The following operation failed")) pick = lines.back();
-  absl::ConsumePrefix(&pick, "builtins.");
-  return std::string(pick);
-}
-
 bool IsOutOfMemory(const std::string& what) {
   return absl::StrContains(what, "out of memory") ||
          absl::StrContains(what, "Out of memory") ||
          absl::StrContains(what, "OutOfMemory");
 }
-
-// Runs closures on one thread that it owns: all MPS work goes through it,
-// because two threads doing MPS work can crash inside Metal. The destructor
-// finishes queued work and joins the thread.
-class DeviceThread {
- public:
-  DeviceThread() : thread_([this] { Loop(); }) {}
-  ~DeviceThread() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    thread_.join();
-  }
-  // Runs `fn` on the device thread and waits for it.
-  void RunSync(const std::function<void()>& fn) {
-    if (std::this_thread::get_id() == thread_.get_id()) return fn();
-    absl::Notification done;
-    {
-      absl::MutexLock lock(&mu_);
-      queue_.push_back([&] {
-        fn();
-        done.Notify();
-      });
-    }
-    done.WaitForNotification();
-  }
-
- private:
-  void Loop() {
-    while (true) {
-      std::function<void()> task;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](DeviceThread* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-              return t->stopping_ || !t->queue_.empty();
-            },
-            this));
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-  }
-
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: starts after the members above exist
-};
 
 // ------------------------------------------------------ device memory ops
 
@@ -242,12 +171,36 @@ class CudaMemoryOps final : public DeviceMemoryOps {
 };
 #endif
 
-// ------------------------------------------------------------- options
+}  // namespace
 
-struct Choice {
-  c10::Device device = c10::Device(c10::kCPU);
-  std::string name;  // "cpu", "cuda:0", "mps"
-};
+namespace torch_internal {
+
+absl::StatusOr<at::ScalarType> ToScalarType(DType d) {
+  switch (d) {
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+    case DType::kFloat64: return at::kDouble;
+    case DType::kInt64: return at::kLong;
+    case DType::kInt32: return at::kInt;
+    case DType::kUInt8: return at::kByte;
+    case DType::kInt8: return at::kChar;
+    case DType::kBool: return at::kBool;
+    case DType::kInvalid: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("dtype ", DTypeName(d),
+                                                 " has no torch equivalent"));
+}
+
+std::string ModelMessage(const std::string& what) {
+  std::vector<absl::string_view> lines =
+      absl::StrSplit(what, '\n', absl::SkipWhitespace());
+  if (lines.empty()) return "model raised an exception without a message";
+  absl::string_view pick = lines.front();
+  if (absl::StartsWith(pick, "The following operation failed")) pick = lines.back();
+  absl::ConsumePrefix(&pick, "builtins.");
+  return std::string(pick);
+}
 
 absl::StatusOr<Choice> ChooseDevice(const std::string& requested) {
   const std::string build = absl::StrCat("LibTorch ", TORCH_VERSION);
@@ -298,8 +251,6 @@ absl::StatusOr<at::ScalarType> ParsePrecision(const std::string& p) {
       absl::StrCat("precision '", p, "' is not one of fp32, fp16, bf16"));
 }
 
-enum class Level { kNone = 0, kFreeze = 1, kFull = 2 };
-constexpr const char* kLevelNames[] = {"none", "freeze", "full"};
 
 absl::StatusOr<Level> ParseLevel(const std::string& optimize,
                                  const Choice& device) {
@@ -313,415 +264,18 @@ absl::StatusOr<Level> ParseLevel(const std::string& optimize,
       "optimize '", optimize, "' is not one of none, freeze, full, auto"));
 }
 
-// ------------------------------------------------------------ the runner
-
-class TorchRunner final : public Runner {
- public:
-  static absl::StatusOr<std::unique_ptr<Runner>> Create(
-      const RuntimeOptions& options);
-
-  ~TorchRunner() override {
-    if (device_thread_ != nullptr) {
-      // Module and tensors are released on the thread that owns MPS work.
-      device_thread_->RunSync([this] {
-        module_.reset();
-      });
-    }
-  }
-
-  const ModelInfo& info() const override { return info_; }
-  absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override;
-  absl::StatusOr<std::vector<Tensor>> RunBatch(
-      const std::vector<BatchedInput>& inputs) override;
-  MemoryStats Memory() override { return memory_ops_->Stats(); }
-  void BetweenBatches(bool idle) override { cache_policy_->BetweenBatches(idle); }
-
- private:
-  TorchRunner() = default;
-
-  // Runs `fn` where device work must run (the MPS thread, or here).
-  void OnDevice(const std::function<void()>& fn) {
-    if (device_thread_ != nullptr) {
-      device_thread_->RunSync(fn);
-    } else {
-      fn();
-    }
-  }
-  absl::Status Load(const RuntimeOptions& options, Level level);
-  absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
-  absl::Status CheckInput(size_t i, DType dtype, const std::vector<int64_t>& shape,
-                          int64_t bytes, int64_t rows) const;
-  // Host tensors for a batch: views of `inputs` (no copy), or the pieces
-  // copied once into fresh (on CUDA pinned) memory with zero padding.
-  std::vector<at::Tensor> HostViews(const std::vector<Tensor>& inputs) const;
-  std::vector<at::Tensor> HostCopies(const std::vector<BatchedInput>& inputs) const;
-  std::vector<c10::IValue> ToDevice(const std::vector<at::Tensor>& host) const;
-  absl::StatusOr<std::vector<Tensor>> FromDevice(const c10::IValue& out) const;
-  absl::StatusOr<std::vector<Tensor>> RunOnDeviceThread(
-      const std::vector<at::Tensor>& host);
-  absl::StatusOr<std::vector<Tensor>> RunHost(const std::vector<at::Tensor>& host);
-
-  // Model work on this runner's device, for verification and warm-up.
-  absl::StatusOr<std::vector<at::Tensor>> Forward(torch::jit::Module& m,
-                                                  const std::vector<at::Tensor>& in,
-                                                  at::ScalarType compute) const;
-  std::vector<at::Tensor> Probe(int64_t batch, uint64_t seed) const;
-  absl::StatusOr<std::string> Compare(torch::jit::Module& reference,
-                                      at::ScalarType reference_dtype,
-                                      torch::jit::Module& candidate,
-                                      at::ScalarType candidate_dtype,
-                                      const RuntimeOptions& options,
-                                      bool check_invariance,
-                                      double* worst) const;
-
-  ModelInfo info_;
-  Choice device_;
-  at::ScalarType compute_dtype_ = at::kFloat;
-  bool channels_last_ = false;
-  std::vector<at::ScalarType> input_types_;
-  std::unique_ptr<DeviceThread> device_thread_;  // does all device work
-  std::optional<torch::jit::Module> module_;
-  std::unique_ptr<DeviceMemoryOps> memory_ops_;
-  std::unique_ptr<CachePolicy> cache_policy_;
-};
-
-absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
-    const RuntimeOptions& options) {
-  Clock* clock = options.clock != nullptr ? options.clock : Clock::RealClock();
-  const absl::Time start = clock->TimeNow();
-  if (options.model_path.empty()) {
-    return absl::InvalidArgumentError("model_path is empty");
-  }
-  if (options.threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("threads = ", options.threads, " is negative"));
-  }
-  if (options.warmup_batch_sizes.empty()) {
-    return absl::InvalidArgumentError("warmup_batch_sizes is empty");
-  }
-  for (int64_t b : options.warmup_batch_sizes) {
-    if (b <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("warm-up batch size ", b, " is not positive"));
-    }
-  }
-  if (!(options.verify_tolerance >= 0.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "verify_tolerance = ", options.verify_tolerance, " is negative"));
-  }
-  auto runner = std::unique_ptr<TorchRunner>(new TorchRunner());
-  ASSIGN_OR_RETURN(runner->compute_dtype_, ParsePrecision(options.precision));
-  ASSIGN_OR_RETURN(runner->device_, ChooseDevice(options.device));
-  ASSIGN_OR_RETURN(const Level level, ParseLevel(options.optimize, runner->device_));
-  runner->channels_last_ = options.channels_last;
-
-  const std::string sig_path = options.signature_path.empty()
-                                   ? DefaultSignaturePath(options.model_path)
-                                   : options.signature_path;
-  ASSIGN_OR_RETURN(ModelSignature sig, ReadModelSignature(sig_path));
-  for (const TensorSpec& spec : sig.inputs) {
-    ASSIGN_OR_RETURN(at::ScalarType t, ToScalarType(spec.dtype));
-    runner->input_types_.push_back(t);
-  }
-  ModelInfo& info = runner->info_;
-  info.name = sig.name;
-  info.version = sig.version.empty() ? "1" : sig.version;
-  info.device = runner->device_.name;
-  info.torch_version = TORCH_VERSION;
-  info.precision = options.precision;
-  info.inputs = sig.inputs;
-  info.outputs = sig.outputs;
-
-  const char* fallback = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");
-  LOG(INFO) << "runtime: device " << info.device << " (requested "
-            << options.device << "), LibTorch " << TORCH_VERSION
-            << ", PYTORCH_ENABLE_MPS_FALLBACK="
-            << (fallback != nullptr ? fallback : "<unset>");
-  if (options.threads > 0) at::set_num_threads(options.threads);
-  LOG(INFO) << "runtime: intra-op threads " << at::get_num_threads();
-
-  // One thread owns all device work, load and warm-up included, on every
-  // device. On MPS two threads doing MPS work can crash inside Metal. On
-  // CUDA, cuDNN's autotuner cache and handles are per thread: a forward from
-  // a thread that did not warm up re-tunes every convolution for every batch
-  // size (measured on an H200: ResNet-50 batches of 32 took 470 ms instead of
-  // 16 ms from the executor threads). On CPU, a forward from another thread
-  // than the one that loaded and warmed up ran 1.4x slower (mobilenet_v3_small,
-  // LibTorch 1.13: 15.2 ms against 10.9 ms at batch 1; 11.3 ms on the owner
-  // thread).
-  runner->device_thread_ = std::make_unique<DeviceThread>();
-  // OpenMP's thread count is per calling thread: set it where forwards run.
-  if (options.threads > 0) {
-    runner->OnDevice([&] { at::set_num_threads(options.threads); });
-  }
-  if (runner->device_.device.is_mps()) {
-    runner->memory_ops_ = std::make_unique<MpsMemoryOps>(runner->device_thread_.get());
-  } else if (runner->device_.device.is_cuda()) {
+absl::StatusOr<std::unique_ptr<DeviceMemoryOps>> MemoryOpsFor(const Choice& device,
+                                                              DeviceThread* thread) {
+  if (device.device.is_mps()) return std::unique_ptr<DeviceMemoryOps>(new MpsMemoryOps(thread));
+  if (device.device.is_cuda()) {
 #ifdef METALSERVE_TORCH_CUDA
-    runner->memory_ops_ =
-        std::make_unique<CudaMemoryOps>(runner->device_.device.index());
+    return std::unique_ptr<DeviceMemoryOps>(new CudaMemoryOps(device.device.index()));
 #else
     return absl::FailedPreconditionError(
         "this build of metalserve has no CUDA support (LibTorch without CUDA)");
 #endif
-  } else {
-    runner->memory_ops_ = std::make_unique<CpuMemoryOps>();
   }
-  CachePolicyOptions cache;
-  cache.empty_cache_every = options.empty_cache_every;
-  cache.empty_cache_interval = options.empty_cache_interval;
-  cache.memory_watermark = options.memory_watermark;
-  cache.on_cache_clear = options.on_cache_clear;
-  cache.clock = options.clock;
-  cache.device_name = runner->device_.name;
-  ASSIGN_OR_RETURN(runner->cache_policy_,
-                   CachePolicy::Create(std::move(cache), runner->memory_ops_.get()));
-
-  absl::Status status;
-  runner->OnDevice([&] { status = runner->Load(options, level); });
-  RETURN_IF_ERROR(status);
-  info.load_time = clock->TimeNow() - start;
-
-  // Warm-up: twice per size, because TorchScript's profiling executor
-  // optimizes the graph on the runs after the first.
-  const absl::Time warm = clock->TimeNow();
-  for (int64_t b : options.warmup_batch_sizes) {
-    for (int i = 0; i < 2; ++i) {
-      runner->OnDevice([&] {
-        auto out = runner->Forward(*runner->module_, runner->Probe(b, 7),
-                                   runner->compute_dtype_);
-        status = out.status();
-      });
-      if (!status.ok()) {
-        return absl::Status(status.code(), absl::StrCat("warm-up at batch ", b,
-                                                        ": ", status.message()));
-      }
-    }
-  }
-  info.warmup_time = clock->TimeNow() - warm;
-  LOG(INFO) << "runtime: model " << info.name << " ready on " << info.device
-            << ", precision " << info.precision << ", optimization "
-            << info.optimization << " (" << info.optimization_reason
-            << "), load_ms=" << absl::ToInt64Milliseconds(info.load_time)
-            << " warmup_ms=" << absl::ToInt64Milliseconds(info.warmup_time);
-  return std::unique_ptr<Runner>(std::move(runner));
-}
-
-// Loads on CPU, moves to the device, optimizes and verifies. Runs where
-// device work must run.
-absl::Status TorchRunner::Load(const RuntimeOptions& options, Level level) {
-  torch::jit::Module plain32;
-  try {
-    if (!std::ifstream(options.model_path)) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot read model file ", options.model_path));
-    }
-    plain32 = torch::jit::load(options.model_path, torch::kCPU);
-    plain32.eval();
-    plain32.to(device_.device);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot load TorchScript model ", options.model_path, ": ",
-        ModelMessage(e.what())));
-  }
-  std::vector<std::string> reasons;
-  torch::jit::Module plain = plain32;
-  if (compute_dtype_ != at::kFloat) {
-    plain = plain32.clone();
-    plain.to(compute_dtype_);
-    double worst = 0;
-    ASSIGN_OR_RETURN(std::string diff,
-                     Compare(plain32, at::kFloat, plain, compute_dtype_, options,
-                             /*check_invariance=*/false, &worst));
-    reasons.push_back(absl::StrFormat("%s vs fp32: max relative deviation %.3g%s",
-                                      options.precision, worst,
-                                      diff.empty() ? "" : absl::StrCat(" (", diff, ")")));
-    LOG(INFO) << "runtime: " << reasons.back();
-  }
-#ifdef METALSERVE_TORCH_CUDA
-  if (level == Level::kFull && device_.device.is_cuda()) {
-    at::globalContext().setBenchmarkCuDNN(true);
-  }
-#endif
-
-  int chosen = static_cast<int>(level);
-  std::optional<torch::jit::Module> candidate;
-  for (; chosen > 0; --chosen) {
-    const char* name = kLevelNames[chosen];
-    try {
-      torch::jit::Module m = torch::jit::freeze(plain);
-      if (chosen == static_cast<int>(Level::kFull)) {
-        m = torch::jit::optimize_for_inference(m);
-      }
-      candidate = std::move(m);
-    } catch (const std::exception& e) {
-      reasons.push_back(absl::StrCat(name, " failed to build: ", ModelMessage(e.what())));
-      LOG(WARNING) << "runtime: " << reasons.back();
-      continue;
-    }
-    double worst = 0;
-    absl::StatusOr<std::string> diff =
-        Compare(plain, compute_dtype_, *candidate, compute_dtype_, options,
-                options.verify_batch_invariance, &worst);
-    if (!diff.ok()) {
-      reasons.push_back(absl::StrCat(name, " failed to run: ", diff.status().message()));
-    } else if (diff->empty()) {
-      reasons.push_back(absl::StrFormat(
-          "%s verified against plain at batch sizes [%s]: max relative "
-          "deviation %.3g <= %.3g",
-          name, absl::StrJoin(options.warmup_batch_sizes, ","), worst,
-          options.verify_tolerance));
-      break;
-    } else {
-      reasons.push_back(absl::StrCat(name, " rejected: ", *diff));
-    }
-    LOG(WARNING) << "runtime: optimization " << reasons.back()
-                 << "; falling back";
-    candidate.reset();
-  }
-  if (chosen == 0) {
-    candidate = plain;
-    if (level == Level::kNone) reasons.push_back("none requested");
-  }
-  info_.optimization = kLevelNames[chosen];
-  info_.optimization_reason = absl::StrJoin(reasons, "; ");
-  module_ = std::move(candidate);
-  return absl::OkStatus();
-}
-
-// Seeded probe inputs of `batch` rows; every row differs from the others.
-std::vector<at::Tensor> TorchRunner::Probe(int64_t batch, uint64_t seed) const {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  std::vector<at::Tensor> out;
-  for (size_t i = 0; i < info_.inputs.size(); ++i) {
-    std::vector<int64_t> shape = info_.inputs[i].shape;
-    shape[0] = batch;
-    for (int64_t& d : shape) d = std::max<int64_t>(d, 1);
-    const at::ScalarType t = input_types_[i];
-    at::Tensor x;
-    if (at::isFloatingType(t)) {
-      x = at::rand(shape, gen, at::TensorOptions().dtype(at::kFloat)).to(t);
-    } else if (t == at::kBool) {
-      x = at::randint(0, 2, shape, gen, at::TensorOptions().dtype(at::kLong)).to(t);
-    } else {
-      x = at::randint(0, 10, shape, gen, at::TensorOptions().dtype(at::kLong)).to(t);
-    }
-    out.push_back(x);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<at::Tensor>> TorchRunner::Forward(
-    torch::jit::Module& m, const std::vector<at::Tensor>& in,
-    at::ScalarType compute) const {
-  try {
-    c10::InferenceMode guard;
-    std::vector<c10::IValue> args;
-    for (const at::Tensor& t : in) {
-      at::Tensor x = t.to(device_.device);
-      if (at::isFloatingType(x.scalar_type())) x = x.to(compute);
-      if (channels_last_ && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-      args.emplace_back(std::move(x));
-    }
-    c10::IValue out = m.forward(std::move(args));
-    std::vector<at::Tensor> result;
-    if (out.isTensor()) {
-      result.push_back(out.toTensor());
-    } else if (out.isTuple()) {
-      for (const auto& v : out.toTupleRef().elements()) result.push_back(v.toTensor());
-    } else if (out.isTensorList()) {
-      for (const at::Tensor& t : out.toTensorVector()) result.push_back(t);
-    } else {
-      return absl::InternalError("model output is not a tensor, tuple or list");
-    }
-    for (at::Tensor& t : result) {
-      t = t.to(at::kCPU);
-      if (at::isFloatingType(t.scalar_type())) t = t.to(at::kFloat);
-    }
-    return result;
-  } catch (const std::exception& e) {
-    return absl::InternalError(ModelMessage(e.what()));
-  }
-}
-
-// Compares `candidate` with `reference` on seeded probes at every warm-up
-// batch size. Returns "" when within tolerance, else what differed; *worst is
-// the largest relative deviation seen.
-absl::StatusOr<std::string> TorchRunner::Compare(
-    torch::jit::Module& reference, at::ScalarType reference_dtype,
-    torch::jit::Module& candidate, at::ScalarType candidate_dtype,
-    const RuntimeOptions& options, bool check_invariance, double* worst) const {
-  // A low-precision graph cannot be held closer than its own rounding:
-  // allow two units in the last place of the compared dtype (bf16 2^-7,
-  // fp16 2^-10) when that is looser than the stated tolerance.
-  double tol = options.verify_tolerance;
-  if (reference_dtype == candidate_dtype && candidate_dtype == at::kBFloat16) {
-    tol = std::max(tol, 2.0 * std::ldexp(1.0, -7));
-  } else if (reference_dtype == candidate_dtype && candidate_dtype == at::kHalf) {
-    tol = std::max(tol, 2.0 * std::ldexp(1.0, -10));
-  }
-  std::vector<std::string> problems;
-  auto rel = [](const at::Tensor& a, const at::Tensor& ref) {
-    const double scale = std::max(ref.abs().max().item<double>(), 1e-12);
-    return (a - ref).abs().max().item<double>() / scale;
-  };
-  for (int64_t b : options.warmup_batch_sizes) {
-    const std::vector<at::Tensor> probe = Probe(b, 1000 + b);
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> want, Forward(reference, probe, reference_dtype));
-    // Twice: the profiling executor may change the graph on the second run.
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> got, Forward(candidate, probe, candidate_dtype));
-    ASSIGN_OR_RETURN(got, Forward(candidate, probe, candidate_dtype));
-    if (got.size() != want.size()) {
-      return absl::InternalError("plain and optimized models differ in output count");
-    }
-    for (size_t o = 0; o < want.size(); ++o) {
-      if (!got[o].sizes().equals(want[o].sizes())) {
-        problems.push_back(absl::StrCat("batch ", b, " output ", o, " shape differs"));
-        continue;
-      }
-      const double r = rel(got[o], want[o]);
-      *worst = std::max(*worst, r);
-      if (r > tol) {
-        problems.push_back(absl::StrFormat(
-            "batch %d output %d: max relative deviation %.3g > %.3g", b, o, r, tol));
-      }
-      if (want[o].dim() == 2 && want[o].size(1) > 1) {
-        // Arg-max must agree on rows whose top two are not within tolerance.
-        const auto top = want[o].topk(2, 1);
-        const double scale = std::max(want[o].abs().max().item<double>(), 1e-12);
-        const at::Tensor clear =
-            (std::get<0>(top).select(1, 0) - std::get<0>(top).select(1, 1)) > tol * scale;
-        const at::Tensor differ = (want[o].argmax(1) != got[o].argmax(1)) & clear;
-        const int64_t n = differ.sum().item<int64_t>();
-        if (n > 0) {
-          problems.push_back(absl::StrCat("batch ", b, " output ", o, ": arg-max differs on ",
-                                          n, " of ", b, " rows"));
-        }
-      }
-    }
-    if (!check_invariance || b == 1) continue;
-    // A row's output must not depend on its position in the batch.
-    std::vector<int64_t> rows = {0, 1, b / 2, b - 1};
-    std::sort(rows.begin(), rows.end());
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    for (int64_t row : rows) {
-      std::vector<at::Tensor> alone;
-      for (const at::Tensor& t : probe) alone.push_back(t.narrow(0, row, 1));
-      ASSIGN_OR_RETURN(std::vector<at::Tensor> single, Forward(candidate, alone, candidate_dtype));
-      for (size_t o = 0; o < single.size() && o < got.size(); ++o) {
-        const at::Tensor in_batch = got[o].narrow(0, row, 1);
-        if (!in_batch.sizes().equals(single[o].sizes())) continue;
-        const double r = rel(in_batch, single[o]);
-        *worst = std::max(*worst, r);
-        if (r > tol) {
-          problems.push_back(absl::StrFormat(
-              "row %d of batch %d differs from the same row alone by %.3g (output %d)",
-              row, b, r, o));
-        }
-      }
-    }
-  }
-  return absl::StrJoin(problems, ", ");
+  return std::unique_ptr<DeviceMemoryOps>(new CpuMemoryOps());
 }
 
 absl::Status TorchRunner::CheckInput(size_t i, DType dtype,
@@ -876,20 +430,9 @@ std::vector<c10::IValue> TorchRunner::ToDevice(const std::vector<at::Tensor>& ho
 }
 
 absl::StatusOr<std::vector<Tensor>> TorchRunner::FromDevice(const c10::IValue& out) const {
-  std::vector<at::Tensor> tensors;
-  if (out.isTensor()) {
-    tensors.push_back(out.toTensor());
-  } else if (out.isTuple()) {
-    for (const auto& v : out.toTupleRef().elements()) {
-      if (!v.isTensor()) return absl::InternalError("model returned a non-tensor in a tuple");
-      tensors.push_back(v.toTensor());
-    }
-  } else if (out.isTensorList()) {
-    tensors = out.toTensorVector();
-  } else {
-    return absl::InternalError(absl::StrCat("model returned ", out.tagKind(),
-                                            ", not a tensor, tuple or list"));
-  }
+  absl::StatusOr<std::vector<at::Tensor>> bound = OutputTensors(out, info_.outputs);
+  if (!bound.ok()) return absl::InternalError(bound.status().message());
+  const std::vector<at::Tensor>& tensors = *bound;
   if (tensors.size() != info_.outputs.size()) {
     return absl::InternalError(absl::StrCat("model returned ", tensors.size(),
                                             " output(s); signature has ",
@@ -941,11 +484,11 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunOnDeviceThread(
   }
 }
 
-}  // namespace
+}  // namespace torch_internal
 
 absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(
     const RuntimeOptions& options) {
-  return TorchRunner::Create(options);
+  return torch_internal::TorchRunner::Create(options);
 }
 
 }  // namespace metalserve

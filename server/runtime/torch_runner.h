@@ -1,15 +1,26 @@
 // The LibTorch implementation of Runner: one TorchScript model resident on
 // MPS, CUDA or CPU. This header is torch-free; LibTorch is seen only by
-// torch_runner.cc.
+// torch_runner.cc, torch_runner_load.cc and their internal headers.
 //
 // What CreateTorchRunner does before it returns (the server is not ready
-// until it has):
-//   1. reads the signature sidecar (model_signature.h);
+// until it has); each phase is logged as it starts and with its duration
+// when it ends, so that a slow load shows where the time goes:
+//   1. reads the signature sidecar (model_signature.h), if there is one;
 //   2. chooses the device (auto: mps -> cuda -> cpu; a requested device that
 //      is missing is FAILED_PRECONDITION naming it) and logs it, with whether
 //      PYTORCH_ENABLE_MPS_FALLBACK is set;
 //   3. loads the model on CPU and moves it (jit::load to MPS fails before
-//      LibTorch 2.1), casts it to the precision;
+//      LibTorch 2.1);
+//   3b. binds the signature to forward's arguments BY NAME and checks it
+//      against a probe forward at batch 2 in fp32: output count, dict keys,
+//      dtypes, rank and non-batch dims (signature_binding.h). A mismatch is
+//      INVALID_ARGUMENT naming the field, declared and actual value, e.g.
+//      "outputs[0].shape[1]: declared 10, model gives 3". Without a sidecar
+//      the signature is inferred: input names from forward's schema, shapes
+//      and dtypes from `input_shapes` / `input_dtypes`, outputs from the
+//      probe; it is logged as JSON and written to the default sidecar path
+//      when `write_inferred_signature` and the folder is writable. Then the
+//      model is cast to the precision;
 //   4. optimizes the graph (none | freeze | full = freeze +
 //      optimize_for_inference, plus the cuDNN autotuner on CUDA) and VERIFIES
 //      the result against the plain model on seeded probe inputs for every
@@ -41,6 +52,7 @@
 #define METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,8 +69,16 @@ struct RuntimeOptions {
   // TorchScript file. Required.
   std::string model_path;
   // Signature sidecar; empty means model_path with its extension replaced by
-  // ".json".
+  // ".json", and then a missing file means "infer the signature" (below). A
+  // path given here must exist (NOT_FOUND otherwise).
   std::string signature_path;
+  // For a model without a sidecar: the shape after the batch dimension of
+  // each input, by forward's argument name (e.g. {"x", {3, 224, 224}}), and
+  // dtypes by name (float32 when absent). Ignored when a sidecar exists.
+  std::map<std::string, std::vector<int64_t>> input_shapes;
+  std::map<std::string, DType> input_dtypes;
+  // Write an inferred signature to the default sidecar path.
+  bool write_inferred_signature = true;
   // "auto" (mps -> cuda -> cpu), "mps", "cuda", "cuda:N" or "cpu".
   std::string device = "auto";
   // CPU intra-op threads (at::set_num_threads); 0 leaves LibTorch's default

@@ -8,6 +8,7 @@ namespace metalserve {
 namespace {
 
 using ::metalserve::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -49,6 +50,55 @@ TEST(ModelSignatureTest, MissingFileIsNotFound) {
 TEST(ModelSignatureTest, DefaultPathReplacesExtension) {
   EXPECT_EQ(DefaultSignaturePath("/m/resnet18.pt"), "/m/resnet18.json");
   EXPECT_EQ(DefaultSignaturePath("/m.d/model"), "/m.d/model.json");
+}
+
+TEST(ModelSignatureTest, BadDtypeNamesTheFieldAndTheAcceptedNames) {
+  EXPECT_THAT(ParseModelSignature(R"({"inputs": [{"name": "x", "dtype": "float32",
+      "shape": [-1]}], "outputs": [{"name": "y", "dtype": "f32", "shape": [-1]}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("outputs[0].dtype"), HasSubstr("'f32'"),
+                             HasSubstr("bfloat16 (bf16)"))));
+}
+
+TEST(ModelSignatureTest, JsonRoundTripsThroughTheParser) {
+  ModelSignature sig;
+  sig.name = "two \"in\"";
+  sig.inputs = {{"image", DType::kUInt8, {-1, 3, 224, 224}}, {"count", DType::kInt64, {-1, 1}}};
+  sig.outputs = {{"probs", DType::kFloat32, {-1, 10}}};
+  auto back = ParseModelSignature(SignatureToJson(sig));
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << SignatureToJson(sig);
+  EXPECT_EQ(back->name, sig.name);
+  EXPECT_EQ(back->version, "1");
+  ASSERT_EQ(back->inputs.size(), 2u);
+  EXPECT_EQ(back->inputs[0].dtype, DType::kUInt8);
+  EXPECT_THAT(back->inputs[0].shape, ElementsAre(-1, 3, 224, 224));
+  EXPECT_EQ(back->inputs[1].name, "count");
+  EXPECT_THAT(back->outputs[0].shape, ElementsAre(-1, 10));
+}
+
+TEST(ModelSignatureTest, InputShapesListStartsEachInputWithItsName) {
+  auto shapes = ParseInputShapes("image=3,224,224, mask=224,224");
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_THAT(shapes->at("image"), ElementsAre(3, 224, 224));
+  EXPECT_THAT(shapes->at("mask"), ElementsAre(224, 224));
+  EXPECT_THAT(ParseInputShapes("3,224,224"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no NAME=")));
+  EXPECT_THAT(ParseInputShapes("x=3,-1"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'x'"), HasSubstr("'-1'"), HasSubstr("positive"))));
+  EXPECT_THAT(ParseInputShapes("x=3,x=4"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("twice")));
+  EXPECT_THAT(ParseInputShapes(""), StatusIs(absl::StatusCode::kOk));
+}
+
+TEST(ModelSignatureTest, InputDtypesAreParsedByName) {
+  auto dtypes = ParseInputDtypes("image=uint8,count=int64");
+  ASSERT_TRUE(dtypes.ok()) << dtypes.status();
+  EXPECT_EQ(dtypes->at("image"), DType::kUInt8);
+  EXPECT_EQ(dtypes->at("count"), DType::kInt64);
+  EXPECT_THAT(ParseInputDtypes("image=complex64"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'image'"), HasSubstr("complex64"))));
 }
 
 }  // namespace
