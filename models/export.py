@@ -16,6 +16,8 @@ in CI, see README for serving your own model):
   tiny_cnn            [N,3,8,8] -> [N,10]
   identity            [N,4] -> [N,4], returns its input
   poison              [N,4] -> [N,4] = 2*x; raises when any element is -777
+  pair_add            two inputs: a float32 [N,4], b int64 [N,4] -> [N,4] = a + b
+                      (clients must send every input the model declares)
 
 Works with torch 1.13 and 2.x.
 """
@@ -53,6 +55,11 @@ class Poison(torch.nn.Module):
         if bool((x == -777.0).any()):
             raise RuntimeError("poison: input contains the marker value -777")
         return x * 2.0
+
+
+class PairAdd(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b.to(a.dtype)
 
 
 def _torchvision(name):
@@ -109,12 +116,12 @@ def _device_input_model(name, dtype):
     return build, sig
 
 
-def _small(cls, in_shape, out_shape, in_name="input", out_name="output"):
+def _small(cls, in_shape, out_shape, in_name="input", out_name="output", inputs=None):
     def build():
         torch.manual_seed(0)
         return torch.jit.script(cls().eval())
 
-    return build, {"inputs": [_spec(in_name, in_shape)],
+    return build, {"inputs": inputs or [_spec(in_name, in_shape)],
                    "outputs": [_spec(out_name, out_shape)]}
 
 
@@ -125,6 +132,8 @@ MODELS = {
     "tiny_cnn": _small(TinyCnn, [-1, 3, 8, 8], [-1, 10], out_name="logits"),
     "identity": _small(Identity, [-1, 4], [-1, 4]),
     "poison": _small(Poison, [-1, 4], [-1, 4]),
+    "pair_add": _small(PairAdd, None, [-1, 4], inputs=[
+        _spec("a", [-1, 4]), _spec("b", [-1, 4], "int64")]),
 }
 
 # Exported only when named with --only (benchmarks on the GPU host).
@@ -137,12 +146,15 @@ EXTRA_MODELS = {
 
 def _check(module, sig):
     """Runs the exported module once on a batch of 2 to prove it loads."""
-    shape = [2] + sig["inputs"][0]["shape"][1:]
-    dtype = {"float32": torch.float32, "float16": torch.float16,
-             "uint8": torch.uint8}[sig["inputs"][0]["dtype"]]
-    x = (torch.rand(shape) * (255 if dtype == torch.uint8 else 1)).to(dtype)
+    xs = []
+    for spec in sig["inputs"]:
+        shape = [2] + spec["shape"][1:]
+        dtype = {"float32": torch.float32, "float16": torch.float16,
+                 "uint8": torch.uint8, "int64": torch.int64}[spec["dtype"]]
+        scale = 1 if dtype.is_floating_point else 255
+        xs.append((torch.rand(shape) * scale).to(dtype))
     with torch.no_grad():
-        out = module(x)
+        out = module(*xs)
     want = [2] + sig["outputs"][0]["shape"][1:]
     if list(out.shape) != want:
         raise SystemExit(f"output shape {list(out.shape)} != {want}")
