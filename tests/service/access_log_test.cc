@@ -3,6 +3,7 @@
 // fake runner, reading the lines back.
 #include "server/service/access_log.h"
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -15,6 +16,8 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "tests/testing/fake_runner.h"
 #include "tests/testing/fake_runner_server.h"
 #include "tests/testing/status_matchers.h"
 
@@ -140,7 +143,19 @@ TEST(AccessLogTest, RejectsBadOptionsNamingTheValue) {
 
 class AccessLogServiceTest : public NativeFakeServerTest {};
 
-TEST_F(AccessLogServiceTest, LogsEveryPredictWithPeerModelRowsCodeAndTimes) {
+// A KServe ModelInfer of `rows` zero rows for the fake runner.
+inference::ModelInferRequest InferRequest(int64_t rows) {
+  inference::ModelInferRequest req;
+  auto* t = req.add_inputs();
+  t->set_name("input");
+  t->set_datatype("FP32");
+  t->add_shape(rows);
+  t->add_shape(FakeRunner::kWidth);
+  req.add_raw_input_contents(std::string(rows * FakeRunner::kWidth * 4, '\0'));
+  return req;
+}
+
+TEST_F(AccessLogServiceTest, LogsEveryCallWithPeerModelRowsCodeAndTimes) {
   Lines lines;
   auto log = AccessLog::Create({.sink = lines.Sink()});
   ASSERT_TRUE(log.ok()) << log.status();
@@ -153,11 +168,21 @@ TEST_F(AccessLogServiceTest, LogsEveryPredictWithPeerModelRowsCodeAndTimes) {
   v1::PredictRequest bad = MakeRequest(2, 1.0f);
   bad.mutable_inputs(0)->set_name("wrong");
   EXPECT_EQ(Call(bad, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto kserve = inference::GRPCInferenceService::NewStub(channel_);
+  for (const char* version : {"", "7"}) {  // the fake model is version 1
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    inference::ModelInferRequest req = InferRequest(2);
+    req.set_model_version(version);
+    inference::ModelInferResponse kresp;
+    EXPECT_EQ(kserve->ModelInfer(&ctx, req, &kresp).error_code(),
+              *version ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::OK);
+  }
   server_->Shutdown(absl::Seconds(5));  // every call finished and logged
   log->reset();                          // every line written
 
   const std::vector<std::string> got = lines.Get();
-  ASSERT_THAT(got, SizeIs(2));
+  ASSERT_THAT(got, SizeIs(4));
   // POSIX extended regular expressions (gtest's on Linux): no \d or \S.
   const std::string time =
       "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z ";
@@ -167,6 +192,11 @@ TEST_F(AccessLogServiceTest, LogsEveryPredictWithPeerModelRowsCodeAndTimes) {
   EXPECT_THAT(got[1], ContainsRegex(time + "peer=ipv[46]:[^ ]+ method=Predict model=fake "
                                            "version=1 rows=0 code=INVALID_ARGUMENT "
                                            "queue_us=0 compute_us=0 total_us=[0-9]+$"));
+  EXPECT_THAT(got[2], ContainsRegex(time + "peer=ipv[46]:[^ ]+ method=ModelInfer model=fake "
+                                           "version=1 rows=2 code=OK queue_us=[0-9]+ "
+                                           "compute_us=[0-9]+ total_us=[0-9]+$"));
+  EXPECT_THAT(got[3], ContainsRegex(" method=ModelInfer model=fake version=1 rows=0 "
+                                    "code=NOT_FOUND queue_us=0 compute_us=0 "));
 }
 
 }  // namespace
