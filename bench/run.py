@@ -8,12 +8,18 @@ Measures, in a single run on this host:
   (c) serial batch-1 latency through the server (max_batch_size=1, so no
       batching delay) against the raw batch-1 forward;
 and prints the ratios: served / raw best-batch throughput, batching gain, and
-p50/p99 overhead at concurrency 1. Writes bench/results/<host>-<date>[-tag].json
-and, when matplotlib is present, a PNG of throughput against p99 latency.
+p50/p99 overhead at concurrency 1, each with a WARNING beside it when the run
+behind it is too short or too noisy to mean much (fewer than MIN_REQUESTS
+requests or MIN_DURATION_S seconds, errors, a negative overhead, served above
+raw, a gain below 1 from few requests). Writes
+<--out>/<host>-<date>[-tag].json (default build/bench-results; pass
+--out=bench/results to add a run to the repository's record) and, when
+matplotlib is present, a PNG of throughput against p99 latency.
 
   bench/run.py                                   # CPU defaults (a few minutes)
   bench/run.py --model=resnet50 --device=cuda --batches=1,8,32,64,128,256 \\
-      --sweep=1,16,64,256,512 --max_batch_size=256 --tag=fp32
+      --sweep=1,16,64,256,512 --max_batch_size=256 --tag=fp32 --out=bench/results
+  bench/run.py --port=9000   # servers on 127.0.0.1:9000 (batched), :9001 (unbatched)
 
 Only the standard library is needed (the GPU host has no extra packages).
 """
@@ -29,6 +35,10 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Below these, a level's figures are too few or too short to compare.
+MIN_REQUESTS = 200
+MIN_DURATION_S = 3.0
 
 
 def free_port():
@@ -62,8 +72,8 @@ def raw_forward(a, level):
 class Server:
     """build/metalserve on a free loopback port, metrics dumped to a file."""
 
-    def __init__(self, a, max_batch, allowed, tag):
-        self.port = free_port()
+    def __init__(self, a, max_batch, allowed, tag, port=0):
+        self.port = port or free_port()
         self.dump = os.path.join(a.workdir, f"metrics-{tag}.prom")
         self.log = open(os.path.join(a.workdir, f"server-{tag}.log"), "w")
         cmd = [os.path.join(a.build, "metalserve"), f"--model={a.model_path}",
@@ -150,6 +160,50 @@ def sweep(a, server, levels):
     return results
 
 
+def level_warnings(r, what):
+    """Why one metalserve-bench level is too small or noisy to compare."""
+    w = []
+    if r["ok"] < MIN_REQUESTS:
+        w.append(f"{what}: only {r['ok']} requests (< {MIN_REQUESTS})")
+    if r["elapsed_s"] < MIN_DURATION_S:
+        w.append(f"{what}: measured {r['elapsed_s']:.1f} s (< {MIN_DURATION_S:g} s)")
+    if r["error_rate"] > 0:
+        w.append(f"{what}: error rate {r['error_rate']:.4f}")
+    return w
+
+
+def ratio_warnings(s, served_best, unbatched_best, serial):
+    """{ratio: [warning, ...]} for the summary's ratios; a ratio missing from
+    the dict has nothing against it. Pure: tested by tests/client/bench_run_test.py."""
+    served = level_warnings(served_best, f"batched c={served_best['concurrency']}")
+    unbatched = level_warnings(unbatched_best,
+                               f"unbatched c={unbatched_best['concurrency']}")
+    serial_w = level_warnings(serial, "serial c=1")
+    out = {"served_over_raw_best": list(served),
+           "batching_gain": served + unbatched,
+           "p50_overhead_ms": list(serial_w), "p99_overhead_ms": list(serial_w)}
+    if s["served_over_raw_best"] > 1.05:
+        out["served_over_raw_best"].append(
+            "served above raw: the raw measurement is too short or noisy "
+            "(raise --raw_min_time)")
+    if s["batching_gain"] < 1 and (served or unbatched):
+        out["batching_gain"].append(
+            "gain below 1 from too few requests: noise, not a finding "
+            "(raise --duration)")
+    for key in ("p50_overhead_ms", "p99_overhead_ms"):
+        if not s[key] >= 0:  # negative or NaN
+            out[key].append(
+                f"{s[key]:.3f} ms: a served call cannot beat the raw forward; the "
+                "runs are too short or noisy (raise --duration and --raw_min_time)")
+    return {k: v for k, v in out.items() if v}
+
+
+def warned(summary, key):
+    """'  WARNING: ...' for the ratio `key`, or ''."""
+    w = summary.get("warnings", {}).get(key)
+    return f"   WARNING: {'; '.join(w)}" if w else ""
+
+
 def host_info(a):
     info = {"host": socket.gethostname(), "cpus": os.cpu_count(),
             "date": datetime.datetime.now().isoformat(timespec="seconds")}
@@ -193,8 +247,16 @@ def main():
     p.add_argument("--bench_args", default="", help="extra metalserve-bench flags")
     p.add_argument("--start_timeout", type=float, default=300)
     p.add_argument("--tag", default="")
-    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    p.add_argument("--port", type=int, default=0,
+                   help="base port on 127.0.0.1: the batched server listens on PORT, "
+                        "the unbatched one on PORT+1 (default 0: free ports)")
+    p.add_argument("--out", default="",
+                   help="folder for the results (default BUILD/bench-results; "
+                        "bench/results is the repository's record, only on request)")
     a = p.parse_args()
+    if not 0 <= a.port <= 65534:
+        raise SystemExit(f"--port={a.port}: want 1..65534, or 0 for free ports")
+    a.out = a.out or os.path.join(a.build, "bench-results")
     a.bench_args = a.bench_args.split()
     a.sweep_levels = [int(x) for x in a.sweep.split(",")]
     models_dir = a.models_dir or os.path.join(a.build, "models")
@@ -205,14 +267,14 @@ def main():
     command = " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
 
     print(f"[1/4] server with batching (max_batch_size={a.max_batch_size})", file=sys.stderr)
-    s = Server(a, a.max_batch_size, a.allowed_batch_sizes, "batched")
+    s = Server(a, a.max_batch_size, a.allowed_batch_sizes, "batched", a.port)
     try:
         batched = sweep(a, s, a.sweep_levels)
     finally:
         s.stop()
     level = s.optimization
     print(f"[2/4] server with max_batch_size=1", file=sys.stderr)
-    s = Server(a, 1, "", "unbatched")
+    s = Server(a, 1, "", "unbatched", a.port + 1 if a.port else 0)
     try:
         unbatched = sweep(a, s, a.sweep_levels)
         serial = sweep(a, s, [1])[0]
@@ -244,6 +306,7 @@ def main():
         u = same_c.get(r["concurrency"])
         if u:
             r["gain_vs_unbatched"] = r["rows_per_s"] / u["rows_per_s"]
+    summary["warnings"] = ratio_warnings(summary, served_best, unbatched_best, serial)
     if best_b in a.sweep_levels:
         summary[f"served_c{best_b}_over_raw_b{best_b}"] = (
             next(r for r in batched if r["concurrency"] == best_b)["rows_per_s"]
@@ -284,13 +347,15 @@ def print_table(r):
               f" {100*b['padding_share']:>5.1f} {u['rows_per_s']:>17.1f} {u['latency_us']['p99']/1e3:>8.2f}"
               f" {b.get('gain_vs_unbatched', 0):>6.2f}")
     print(f"served / raw best batch ({s['raw_best_batch']}): {s['served_over_raw_best']:.2f}"
-          f"   batching gain: {s['batching_gain']:.2f}x")
+          + warned(s, "served_over_raw_best"))
+    print(f"batching gain: {s['batching_gain']:.2f}x" + warned(s, "batching_gain"))
     for k, v in s.items():
         if k.startswith("served_c"):
             print(f"{k}: {v:.2f}")
     print(f"concurrency 1, batch 1: served p50 {s['serial_p50_ms']:.3f} ms, p99 {s['serial_p99_ms']:.3f} ms;"
-          f" raw {s['raw_batch1_ms']:.3f} ms; overhead p50 {s['p50_overhead_ms']:.3f} ms,"
-          f" p99 {s['p99_overhead_ms']:.3f} ms")
+          f" raw {s['raw_batch1_ms']:.3f} ms")
+    for q in ("p50", "p99"):
+        print(f"overhead {q}: {s[q + '_overhead_ms']:.3f} ms" + warned(s, q + "_overhead_ms"))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -36,6 +37,9 @@ struct Shard {
   LatencyHistogram latency ABSL_GUARDED_BY(mu);
   int64_t ok ABSL_GUARDED_BY(mu) = 0;
   std::array<int64_t, kNumCodes> errors ABSL_GUARDED_BY(mu) = {};
+  std::array<std::vector<std::string>, kNumCodes> messages ABSL_GUARDED_BY(mu);
+  LatencyHistogram server_queue ABSL_GUARDED_BY(mu);
+  LatencyHistogram server_compute ABSL_GUARDED_BY(mu);
   int64_t queue_us ABSL_GUARDED_BY(mu) = 0;
   int64_t compute_us ABSL_GUARDED_BY(mu) = 0;
   int64_t batch_rows ABSL_GUARDED_BY(mu) = 0;
@@ -48,6 +52,15 @@ int ThisThreadShard() {
   static std::atomic<int> next{0};
   thread_local const int shard = next.fetch_add(1) % kNumShards;
   return shard;
+}
+
+// Adds `message` to `kept` unless it is there or kept is full.
+void KeepMessage(absl::string_view message, std::vector<std::string>& kept) {
+  if (kept.size() >= static_cast<size_t>(kMaxMessagesPerCode)) return;
+  std::string m = TruncateMessage(message);
+  if (std::find(kept.begin(), kept.end(), m) == kept.end()) {
+    kept.push_back(std::move(m));
+  }
 }
 
 }  // namespace
@@ -112,11 +125,15 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
       stats.latency.Merge(s.latency);
       stats.ok += s.ok;
       for (int c = 1; c < kNumCodes; ++c) {
-        if (s.errors[c] > 0) {
-          stats.errors[StatusCodeName(static_cast<grpc::StatusCode>(c))] +=
-              s.errors[c];
+        if (s.errors[c] == 0) continue;
+        const std::string name = StatusCodeName(static_cast<grpc::StatusCode>(c));
+        stats.errors[name] += s.errors[c];
+        for (const std::string& m : s.messages[c]) {
+          KeepMessage(m, stats.error_messages[name]);
         }
       }
+      stats.server_queue.Merge(s.server_queue);
+      stats.server_compute.Merge(s.server_compute);
       stats.server_queue_us_sum += s.queue_us;
       stats.server_compute_us_sum += s.compute_us;
       stats.server_batch_rows_sum += s.batch_rows;
@@ -196,20 +213,29 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
           auto it = p.find(key);
           return it == p.end() ? 0 : it->second.int64_param();
         };
-        s.queue_us += param("queue_time_us");
-        s.compute_us += param("compute_time_us");
-        s.batch_rows += param("batch_rows");
+        RecordServer(s, param("queue_time_us"), param("compute_time_us"),
+                     param("batch_rows"));
       } else {
-        s.queue_us += call.response.queue_time_us();
-        s.compute_us += call.response.compute_time_us();
-        s.batch_rows += call.response.batch_rows();
+        RecordServer(s, call.response.queue_time_us(),
+                     call.response.compute_time_us(), call.response.batch_rows());
       }
       done_ok_.fetch_add(1, std::memory_order_relaxed);
     } else {
-      const int code = static_cast<int>(status.error_code());
-      ++s.errors[code >= 0 && code < kNumCodes ? code : 2 /* UNKNOWN */];
+      int code = static_cast<int>(status.error_code());
+      if (code < 0 || code >= kNumCodes) code = 2;  // UNKNOWN
+      ++s.errors[code];
+      KeepMessage(status.error_message(), s.messages[code]);
       done_err_.fetch_add(1, std::memory_order_relaxed);
     }
+  }
+
+  static void RecordServer(Shard& s, int64_t queue_us, int64_t compute_us,
+                           int64_t batch_rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    s.queue_us += queue_us;
+    s.compute_us += compute_us;
+    s.batch_rows += batch_rows;
+    s.server_queue.Record(absl::Microseconds(queue_us));
+    s.server_compute.Record(absl::Microseconds(compute_us));
   }
 
   // Open loop: issues call i at its intended time, never waiting for
@@ -424,6 +450,31 @@ absl::StatusOr<std::vector<int>> ParseConcurrencySweep(absl::string_view text) {
   }
   if (levels.empty() || levels.size() > kMaxLevels) return bad("1 to 64 levels");
   return levels;
+}
+
+absl::StatusOr<std::vector<double>> ParseRateSweep(absl::string_view text) {
+  constexpr size_t kMaxLevels = 64;
+  std::vector<double> rates;
+  if (text.empty() || text == "0") return rates;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    double r;
+    if (!absl::SimpleAtod(part, &r) || !(r > 0) || !std::isfinite(r)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rate='", text, "': '", part,
+          "' is not a rate > 0 (want R or a list R1,R2,... in requests/s)"));
+    }
+    rates.push_back(r);
+  }
+  if (rates.size() > kMaxLevels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rate='", text, "': ", rates.size(), " rates; at most 64"));
+  }
+  return rates;
+}
+
+std::string TruncateMessage(absl::string_view message) {
+  if (message.size() <= kMaxMessageBytes) return std::string(message);
+  return absl::StrCat(message.substr(0, kMaxMessageBytes - 3), "...");
 }
 
 std::string StatusCodeName(grpc::StatusCode code) {

@@ -49,6 +49,10 @@ namespace metalserve::client {
 
 // Error class for open-loop calls dropped at the --max_outstanding bound.
 inline constexpr char kOverflowError[] = "CLIENT_OVERFLOW";
+// Distinct error messages kept per gRPC code, and the bytes kept of each
+// (longer ones end in "...").
+inline constexpr int kMaxMessagesPerCode = 3;
+inline constexpr size_t kMaxMessageBytes = 200;
 
 enum class Arrival { kConstant, kPoisson };
 
@@ -85,10 +89,17 @@ struct RunStats {
   int64_t rows = 0;
   // From the first send to the last completion.
   absl::Duration elapsed;
+  // The first kMaxMessagesPerCode distinct messages of each failed code,
+  // each cut to kMaxMessageBytes; in order of arrival per shard.
+  std::map<std::string, std::vector<std::string>> error_messages;
   // Sums over successful responses of the server-reported fields.
   int64_t server_queue_us_sum = 0;
   int64_t server_compute_us_sum = 0;
   int64_t server_batch_rows_sum = 0;
+  // The server-reported queue and compute times of successful responses,
+  // for percentiles (recorded in whole microseconds).
+  LatencyHistogram server_queue;
+  LatencyHistogram server_compute;
 
   int64_t ErrorCount() const;
   int64_t Total() const { return ok + ErrorCount(); }
@@ -158,6 +169,14 @@ class LoadGenerator {
 // Parses a concurrency sweep: "8", "1,4,16", "1:64:x2" (multiply) or
 // "4:32:+4" (add). Every level >= 1, at most 64 levels.
 absl::StatusOr<std::vector<int>> ParseConcurrencySweep(absl::string_view text);
+
+// Parses an open-loop rate sweep in requests per second: "500" or
+// "50,100,200". Every rate > 0 and finite, at most 64. "0" (or "") alone
+// means closed loop and gives an empty list.
+absl::StatusOr<std::vector<double>> ParseRateSweep(absl::string_view text);
+
+// `message` cut to kMaxMessageBytes, ending in "..." when it was longer.
+std::string TruncateMessage(absl::string_view message);
 
 // Maps a status code to its canonical name, e.g. "UNAVAILABLE".
 std::string StatusCodeName(grpc::StatusCode code);

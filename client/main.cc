@@ -55,25 +55,27 @@ ABSL_FLAG(std::string, model_name, "",
 ABSL_FLAG(std::string, concurrency, "1",
           "Closed loop: calls kept outstanding. A sweep runs one measurement "
           "per level: 1,4,16 or 1:64:x2 or 4:32:+4. Ignored with --rate.");
-ABSL_FLAG(double, rate, 0,
+ABSL_FLAG(std::string, rate, "0",
           "Open loop when > 0: requests per second, latency measured from the "
-          "intended send time. Default 0 (closed loop).");
+          "intended send time; a list 50,100,200 runs one measurement per "
+          "rate. Default 0 (closed loop).");
 ABSL_FLAG(std::string, arrival, "constant",
           "Open loop spacing: constant or poisson.");
 ABSL_FLAG(int64_t, max_outstanding, 10000,
           "Open loop: calls in flight beyond this are not sent and count as "
           "CLIENT_OVERFLOW errors.");
 ABSL_FLAG(absl::Duration, duration, absl::ZeroDuration(),
-          "Measurement length per level, e.g. 30s. Default: 10s, or no time "
-          "limit when --requests is set.");
+          "Measurement length per level, e.g. 30s. Default 0, which means 10s, "
+          "or no time limit when --requests is set.");
 ABSL_FLAG(int64_t, requests, 0,
           "Requests per level; 0 means limited by --duration only.");
 ABSL_FLAG(absl::Duration, warmup, absl::ZeroDuration(),
           "Load before each level's measurement, results dropped. Default 0s.");
 ABSL_FLAG(int64_t, batch, 1, "Rows per request (the batch dimension). Default 1.");
 ABSL_FLAG(std::string, input, "zeros",
-          "Input data: zeros, random, or @path (raw little-endian bytes of one "
-          "row or of all --batch rows).");
+          "Input data: zeros, random (seeded by --seed: floats in [0, 1), "
+          "int64/int32 in [0, 100), uint8/int8 any byte, bool 0/1), or @path "
+          "(raw little-endian bytes of one row or of all --batch rows).");
 ABSL_FLAG(std::string, shape, "",
           "Per-row input shape without the batch dimension, e.g. 3,224,224. "
           "Default: from GetModelMetadata.");
@@ -211,7 +213,6 @@ absl::StatusOr<InputOverrides> OverridesFromFlags() {
 
 absl::StatusOr<LoadSpec> BaseSpecFromFlags() {
   LoadSpec spec;
-  spec.rate = absl::GetFlag(FLAGS_rate);
   const std::string arrival = absl::GetFlag(FLAGS_arrival);
   if (arrival == "poisson") {
     spec.arrival = Arrival::kPoisson;
@@ -232,6 +233,18 @@ absl::StatusOr<LoadSpec> BaseSpecFromFlags() {
   spec.deadline = deadline > absl::ZeroDuration() ? deadline : absl::InfiniteDuration();
   spec.seed = absl::GetFlag(FLAGS_seed);
   return spec;
+}
+
+// One spec per sweep level: the rates (open loop) when any, else the
+// concurrency levels.
+std::vector<LoadSpec> SweepSpecs(const LoadSpec& base, const std::vector<int>& levels,
+                                 const std::vector<double>& rates) {
+  std::vector<LoadSpec> specs;
+  for (double rate : rates) specs.emplace_back(base).rate = rate;
+  if (rates.empty()) {
+    for (int level : levels) specs.emplace_back(base).concurrency = level;
+  }
+  return specs;
 }
 
 bool ProgressWanted() {
@@ -260,7 +273,8 @@ int Main() {
   if (!base.ok()) return Fail(base.status());
   auto levels = ParseConcurrencySweep(absl::GetFlag(FLAGS_concurrency));
   if (!levels.ok()) return Fail(levels.status());
-  if (base->open_loop()) levels = std::vector<int>{1};
+  auto rates = ParseRateSweep(absl::GetFlag(FLAGS_rate));
+  if (!rates.ok()) return Fail(rates.status());
   auto source = ParseInputSource(absl::GetFlag(FLAGS_input));
   if (!source.ok()) return Fail(source.status());
   source->seed = absl::GetFlag(FLAGS_seed);
@@ -310,9 +324,7 @@ int Main() {
     };
   }
   std::vector<RunReport> reports;
-  for (int level : *levels) {
-    LoadSpec spec = *base;
-    spec.concurrency = level;
+  for (const LoadSpec& spec : SweepSpecs(*base, *levels, *rates)) {
     auto stats = (*gen)->Run(spec, progress);
     if (show_progress) std::cerr << "\r\033[K" << std::flush;
     if (absl::IsCancelled(stats.status())) break;

@@ -31,6 +31,13 @@ std::string ErrorsInline(const RunStats& st, absl::string_view kv,
   });
 }
 
+// The server's own p50/p90/p99 of a field, and its mean.
+std::string ServerLine(const LatencyHistogram& h, double mean_us) {
+  return absl::StrFormat("p50 %.0f  p90 %.0f  p99 %.0f  mean %.0f",
+                         Us(h.Percentile(50)), Us(h.Percentile(90)),
+                         Us(h.Percentile(99)), mean_us);
+}
+
 std::string Text(const RunReport& r) {
   const RunStats& st = r.stats;
   const LatencyHistogram& h = st.latency;
@@ -48,12 +55,18 @@ std::string Text(const RunReport& r) {
                         Us(h.Percentile(99.9)), Us(h.Max()));
   absl::StrAppendFormat(&out, "           mean %.0f  stddev %.0f  min %.0f\n",
                         Us(h.Mean()), Us(h.StdDev()), Us(h.Min()));
-  absl::StrAppendFormat(&out,
-                        "server     queue %.0f us, compute %.0f us, batch %.2f rows (means)\n",
-                        st.MeanServerQueueUs(), st.MeanServerComputeUs(),
-                        st.MeanBatchRows());
+  absl::StrAppendFormat(&out, "server     queue us   %s\n",
+                        ServerLine(st.server_queue, st.MeanServerQueueUs()));
+  absl::StrAppendFormat(&out, "           compute us %s\n",
+                        ServerLine(st.server_compute, st.MeanServerComputeUs()));
+  absl::StrAppendFormat(&out, "           batch %.2f rows (mean)\n", st.MeanBatchRows());
   if (!st.errors.empty()) {
     absl::StrAppend(&out, "errors     ", ErrorsInline(st, " ", ", "), "\n");
+  }
+  for (const auto& [code, messages] : st.error_messages) {
+    for (const std::string& m : messages) {
+      absl::StrAppend(&out, "           ", code, ": ", m, "\n");
+    }
   }
   return out;
 }
@@ -61,11 +74,36 @@ std::string Text(const RunReport& r) {
 std::string JsonString(absl::string_view s) {
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
+    } else {
+      out.push_back(c);
+    }
   }
   out.push_back('"');
   return out;
+}
+
+// {"p50":..,"p90":..,"p99":..} of a server-reported field, microseconds.
+std::string JsonServerPercentiles(const LatencyHistogram& h) {
+  return absl::StrFormat("{\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f}",
+                         Us(h.Percentile(50)), Us(h.Percentile(90)),
+                         Us(h.Percentile(99)));
+}
+
+std::string JsonErrorMessages(const RunStats& st) {
+  return absl::StrCat(
+      "{", absl::StrJoin(st.error_messages, ",", [](std::string* o, const auto& e) {
+        absl::StrAppend(o, JsonString(e.first), ":[",
+                        absl::StrJoin(e.second, ",", [](std::string* o2, const auto& m) {
+                          absl::StrAppend(o2, JsonString(m));
+                        }),
+                        "]");
+      }),
+      "}");
 }
 
 std::string Json(const RunReport& r) {
@@ -79,7 +117,8 @@ std::string Json(const RunReport& r) {
   absl::StrAppend(&out, absl::StrJoin(st.errors, ",", [](std::string* o, const auto& e) {
                     absl::StrAppend(o, JsonString(e.first), ":", e.second);
                   }));
-  absl::StrAppendFormat(&out, "},\"error_rate\":%.6g,\"elapsed_s\":%.6f", st.ErrorRate(),
+  absl::StrAppend(&out, "},\"error_messages\":", JsonErrorMessages(st));
+  absl::StrAppendFormat(&out, ",\"error_rate\":%.6g,\"elapsed_s\":%.6f", st.ErrorRate(),
                         absl::ToDoubleSeconds(st.elapsed));
   absl::StrAppendFormat(&out, ",\"requests_per_s\":%.3f,\"rows_per_s\":%.3f",
                         st.RequestsPerSecond(), st.RowsPerSecond());
@@ -91,16 +130,21 @@ std::string Json(const RunReport& r) {
                         Us(h.Max()), Us(h.Min()), Us(h.Mean()), Us(h.StdDev()));
   absl::StrAppendFormat(&out,
                         ",\"server\":{\"queue_us_mean\":%.1f,\"compute_us_mean\":%.1f,"
-                        "\"batch_rows_mean\":%.3f}}",
+                        "\"batch_rows_mean\":%.3f,",
                         st.MeanServerQueueUs(), st.MeanServerComputeUs(),
                         st.MeanBatchRows());
+  absl::StrAppend(&out, "\"queue_us\":", JsonServerPercentiles(st.server_queue),
+                  ",\"compute_us\":", JsonServerPercentiles(st.server_compute), "}}");
   return out;
 }
 
 constexpr char kCsvHeader[] =
     "mode,concurrency,rate,ok,errors,error_rate,elapsed_s,requests_per_s,"
     "rows_per_s,p50_us,p90_us,p95_us,p99_us,p99_9_us,max_us,mean_us,stddev_us,"
-    "server_queue_us_mean,server_compute_us_mean,batch_rows_mean,errors_by_code\n";
+    "server_queue_us_mean,server_compute_us_mean,batch_rows_mean,"
+    "server_queue_us_p50,server_queue_us_p90,server_queue_us_p99,"
+    "server_compute_us_p50,server_compute_us_p90,server_compute_us_p99,"
+    "errors_by_code\n";
 
 std::string Csv(const RunReport& r) {
   const RunStats& st = r.stats;
@@ -113,10 +157,15 @@ std::string Csv(const RunReport& r) {
   for (const Quantile& q : kQuantiles) {
     absl::StrAppendFormat(&out, ",%.1f", Us(h.Percentile(q.p)));
   }
-  absl::StrAppendFormat(&out, ",%.1f,%.1f,%.1f,%.1f,%.1f,%.3f,%s\n", Us(h.Max()),
+  absl::StrAppendFormat(&out, ",%.1f,%.1f,%.1f,%.1f,%.1f,%.3f", Us(h.Max()),
                         Us(h.Mean()), Us(h.StdDev()), st.MeanServerQueueUs(),
-                        st.MeanServerComputeUs(), st.MeanBatchRows(),
-                        ErrorsInline(st, "=", ";"));
+                        st.MeanServerComputeUs(), st.MeanBatchRows());
+  for (const LatencyHistogram* server : {&st.server_queue, &st.server_compute}) {
+    for (double p : {50.0, 90.0, 99.0}) {
+      absl::StrAppendFormat(&out, ",%.1f", Us(server->Percentile(p)));
+    }
+  }
+  absl::StrAppend(&out, ",", ErrorsInline(st, "=", ";"), "\n");
   return out;
 }
 

@@ -2,8 +2,11 @@
 // decides the exit code.
 //
 // Latencies are reported in microseconds; throughput counts successful
-// calls only. JSON is {"runs": [...]}, one object per sweep level; CSV is a
-// header and one row per level, errors as "CODE=n;CODE=n".
+// calls only. The server's own queue and compute times (from responses) are
+// reported as p50/p90/p99 and mean; errors as counts by code plus the first
+// kMaxMessagesPerCode distinct messages of each code (text and JSON). JSON
+// is {"runs": [...]}, one object per sweep level; CSV is a header and one row
+// per level, errors as "CODE=n;CODE=n".
 //
 // Thread-safety: free functions over values.
 #ifndef METALSERVE_CLIENT_REPORT_H_

@@ -20,6 +20,8 @@ in CI, see README for serving your own model):
                       (scaled = image*count [N,3] float32, next = count+1 [N,1] int64)
   dict_out            [N,4] -> {"probs": softmax [N,4] float32,
                                 "top": arg-max [N,1] int64}
+  pair_add            two inputs: a float32 [N,4], b int64 [N,4] -> [N,4] = a + b
+                      (clients must send every input the model declares)
 
 Works with torch 1.13 and 2.x.
 """
@@ -71,6 +73,9 @@ class TwoInTwoOut(torch.nn.Module):
 class DictOut(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
         return {"probs": torch.softmax(x, 1), "top": torch.argmax(x, 1, keepdim=True)}
+class PairAdd(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b.to(a.dtype)
 
 
 def _torchvision(name):
@@ -127,12 +132,12 @@ def _device_input_model(name, dtype):
     return build, sig
 
 
-def _small(cls, in_shape, out_shape, in_name="input", out_name="output"):
+def _small(cls, in_shape, out_shape, in_name="input", out_name="output", inputs=None):
     def build():
         torch.manual_seed(0)
         return torch.jit.script(cls().eval())
 
-    return build, {"inputs": [_spec(in_name, in_shape)],
+    return build, {"inputs": inputs or [_spec(in_name, in_shape)],
                    "outputs": [_spec(out_name, out_shape)]}
 
 
@@ -156,6 +161,8 @@ MODELS = {
         [("scaled", [-1, 3]), ("next", [-1, 1], "int64")]),
     "dict_out": _scripted(DictOut, [("x", [-1, 4])],
                           [("probs", [-1, 4]), ("top", [-1, 1], "int64")]),
+    "pair_add": _small(PairAdd, None, [-1, 4], inputs=[
+        _spec("a", [-1, 4]), _spec("b", [-1, 4], "int64")]),
 }
 
 # Exported only when named with --only (benchmarks on the GPU host).

@@ -22,6 +22,7 @@
 #include "server/metrics/metrics.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
+#include "server/service/access_log.h"
 #include "server/service/server.h"
 
 ABSL_FLAG(std::string, model, METALSERVE_DEFAULT_MODEL,
@@ -82,6 +83,12 @@ ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
 ABSL_FLAG(std::string, metrics_dump, "",
           "On SIGUSR1 and at exit, write the metrics text exposition to this file "
           "(for hosts where no listener can bind; used by bench/run.py)");
+ABSL_FLAG(std::string, access_log, "",
+          "Write one line per Predict/ModelInfer (time, peer, method, model, "
+          "version, rows, code, queue/compute/total us) to this file, or - for "
+          "stdout. Default empty: off");
+ABSL_FLAG(double, access_log_sample, 1.0,
+          "Fraction of requests the access log records, 0..1. Default 1");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (enables TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -152,7 +159,18 @@ int main(int argc, char** argv) {
   mo.queue_capacity_rows = absl::GetFlag(FLAGS_max_queue_size);
   auto metrics = OrDie(metalserve::Metrics::Create(mo), "metrics");
 
+  std::unique_ptr<metalserve::AccessLog> access_log;  // outlives the server
+  if (!absl::GetFlag(FLAGS_access_log).empty()) {
+    metalserve::AccessLogOptions ao;
+    ao.path = absl::GetFlag(FLAGS_access_log);
+    ao.sample = absl::GetFlag(FLAGS_access_log_sample);
+    metalserve::Metrics* dropped_to = metrics.get();
+    ao.on_dropped = [dropped_to](int64_t n) { dropped_to->AccessLogLinesDropped(n); };
+    access_log = OrDie(metalserve::AccessLog::Create(std::move(ao)), "--access_log");
+  }
+
   metalserve::ServerOptions so;
+  so.access_log = access_log.get();
   so.address = absl::GetFlag(FLAGS_address);
   so.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   so.batching.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
@@ -205,7 +223,8 @@ int main(int argc, char** argv) {
             << " allowed_batch_sizes=[" << absl::StrJoin(so.batching.allowed_batch_sizes, ",")
             << "] max_queue_size=" << so.batching.max_queue_size
             << " executors=" << so.batching.num_executors
-            << " address=" << so.address << " metrics_address=" << mo.listen_address;
+            << " address=" << so.address << " metrics_address=" << mo.listen_address
+            << " access_log=" << absl::GetFlag(FLAGS_access_log);
 
   auto runner = OrDie(metalserve::CreateTorchRunner(ro), "model");
   const metalserve::ModelInfo& info = runner->info();

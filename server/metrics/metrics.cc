@@ -226,6 +226,9 @@ class MetricsImpl final : public Metrics {
   void RequestFinished(absl::string_view method, absl::StatusCode code,
                        absl::Duration latency) override;
   void QueueWait(absl::Duration wait) override;
+  void AccessLogLinesDropped(int64_t lines) override {
+    access_log_dropped_.Increment(static_cast<double>(lines));
+  }
   void BatchCompleted(int64_t rows, int64_t padding_rows,
                       absl::string_view reason,
                       absl::Duration compute) override;
@@ -274,6 +277,7 @@ class MetricsImpl final : public Metrics {
   Histogram& compute_duration_;
   Histogram& batch_rows_;
   Counter& padding_rows_;
+  Counter& access_log_dropped_;
   Gauge& queue_depth_;
   Gauge& inflight_;
   Gauge& model_load_;
@@ -387,6 +391,12 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
                               "batch size.")
                         .Register(*registry_)
                         .Add({})),
+      access_log_dropped_(prometheus::BuildCounter()
+                              .Name("metalserve_access_log_dropped_lines_total")
+                              .Help("Access log lines dropped because the "
+                                    "writer's queue was full.")
+                              .Register(*registry_)
+                              .Add({})),
       queue_depth_(prometheus::BuildGauge()
                        .Name("metalserve_queue_depth_rows")
                        .Help("Rows waiting in the batcher queue.")

@@ -8,6 +8,8 @@
 //   compute_duration_seconds               histogram (one per batch)
 //   batch_size_rows                        histogram of realised rows
 //   batch_padding_rows_total               counter
+//   access_log_dropped_lines_total         counter, --access_log lines dropped
+//                                          because its queue was full
 //   batches_total{reason}                  counter, why each batch closed
 //   queue_depth_rows, inflight_requests    gauges
 //   queue_capacity_rows                    gauge, when the options give it
@@ -119,6 +121,8 @@ class Metrics {
   virtual void RequestFinished(absl::string_view method, absl::StatusCode code,
                                absl::Duration latency) = 0;
   virtual void QueueWait(absl::Duration wait) = 0;
+  // Lines the access log dropped (its writer fell behind).
+  virtual void AccessLogLinesDropped(int64_t lines) = 0;
 
   // --- batch executor -----------------------------------------------------
   // `rows`: request rows the batch carried, padding excluded;

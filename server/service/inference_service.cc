@@ -66,12 +66,14 @@ class PredictTask final : public RpcInferTask {
 
 InferenceService::InferenceService(Runner* runner, Batcher* batcher,
                                    Metrics* metrics, Clock* clock,
-                                   std::string server_version)
+                                   std::string server_version,
+                                   AccessLog* access_log)
     : runner_(runner),
       batcher_(batcher),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
-      server_version_(std::move(server_version)) {}
+      server_version_(std::move(server_version)),
+      access_log_(access_log) {}
 
 grpc::ServerUnaryReactor* InferenceService::Predict(
     grpc::CallbackServerContext* context, const PredictRequest* request,
@@ -80,8 +82,11 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   if (metrics_ != nullptr) metrics_->RequestStarted(kPredict);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto fail = [&](const absl::Status& status) {
-    if (metrics_ != nullptr) {
-      metrics_->RequestFinished(kPredict, status.code(), clock_->TimeNow() - start);
+    const absl::Time now = clock_->TimeNow();
+    if (metrics_ != nullptr) metrics_->RequestFinished(kPredict, status.code(), now - start);
+    if (access_log_ != nullptr) {
+      LogAccess(*access_log_, *context, kPredict, runner_->info(), 0, status.code(), {},
+                now, now - start);
     }
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
@@ -96,8 +101,10 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
       ValidateInputs(DecodeInputs(*request), info.inputs);
   if (!inputs.ok()) return fail(inputs.status());
 
-  std::unique_ptr<BatchTask> task = std::make_unique<PredictTask>(
+  auto predict = std::make_unique<PredictTask>(
       context, reactor, response, *std::move(inputs), runner_, metrics_, clock_, start);
+  predict->set_access_log(access_log_, &info);
+  std::unique_ptr<BatchTask> task = std::move(predict);
   absl::Status admitted = batcher_->Submit(&task);
   if (metrics_ != nullptr) metrics_->SetQueueDepth(batcher_->queued_rows());
   if (!admitted.ok()) return fail(admitted);

@@ -21,14 +21,16 @@
 #include "server/common/clock.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
+#include "server/service/access_log.h"
 
 namespace metalserve {
 
 class InferenceService final : public metalserve::v1::Inference::CallbackService {
  public:
-  // `metrics` may be null.
+  // `metrics` and `access_log` may be null.
   InferenceService(Runner* runner, Batcher* batcher, Metrics* metrics,
-                   Clock* clock, std::string server_version);
+                   Clock* clock, std::string server_version,
+                   AccessLog* access_log = nullptr);
 
   grpc::ServerUnaryReactor* Predict(
       grpc::CallbackServerContext* context,
@@ -46,6 +48,7 @@ class InferenceService final : public metalserve::v1::Inference::CallbackService
   Metrics* const metrics_;
   Clock* const clock_;
   const std::string server_version_;
+  AccessLog* const access_log_;
 };
 
 }  // namespace metalserve

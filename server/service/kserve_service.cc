@@ -313,12 +313,14 @@ KServeStatistics::Snapshot KServeStatistics::Get() const {
 }
 
 KServeService::KServeService(Runner* runner, Batcher* batcher, Metrics* metrics,
-                             Clock* clock, std::string server_version)
+                             Clock* clock, std::string server_version,
+                             AccessLog* access_log)
     : runner_(runner),
       batcher_(batcher),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
-      server_version_(std::move(server_version)) {}
+      server_version_(std::move(server_version)),
+      access_log_(access_log) {}
 
 absl::Status KServeService::CheckModel(absl::string_view name_field,
                                        absl::string_view name,
@@ -474,6 +476,10 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
     const absl::Duration total = clock_->TimeNow() - start;
     stats_.RecordFailure(total);
     if (metrics_ != nullptr) metrics_->RequestFinished(kModelInfer, status.code(), total);
+    if (access_log_ != nullptr) {
+      LogAccess(*access_log_, *context, kModelInfer, runner_->info(), 0, status.code(), {},
+                start + total, total);
+    }
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   };
@@ -489,9 +495,11 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   absl::StatusOr<std::vector<size_t>> outputs = SelectOutputs(*request, info.outputs);
   if (!outputs.ok()) return fail(outputs.status());
 
-  std::unique_ptr<BatchTask> task = std::make_unique<KServeTask>(
+  auto infer = std::make_unique<KServeTask>(
       context, reactor, request, response, std::move(storage), *std::move(inputs),
       *std::move(outputs), runner_, metrics_, &stats_, clock_, start);
+  infer->set_access_log(access_log_, &info);
+  std::unique_ptr<BatchTask> task = std::move(infer);
   absl::Status admitted = batcher_->Submit(&task);
   if (metrics_ != nullptr) metrics_->SetQueueDepth(batcher_->queued_rows());
   if (!admitted.ok()) return fail(admitted);

@@ -36,6 +36,7 @@
 #include "server/common/tensor.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
+#include "server/service/access_log.h"
 
 namespace metalserve {
 
@@ -72,10 +73,11 @@ class KServeStatistics {
 class KServeService final
     : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `metrics` may be null; `clock` null means the real clock. Starts not
-  // ready.
+  // `metrics` and `access_log` may be null; `clock` null means the real
+  // clock. Starts not ready.
   KServeService(Runner* runner, Batcher* batcher, Metrics* metrics,
-                Clock* clock, std::string server_version);
+                Clock* clock, std::string server_version,
+                AccessLog* access_log = nullptr);
 
   void SetReady(bool ready) { ready_.store(ready); }
   bool ready() const { return ready_.load(); }
@@ -128,6 +130,7 @@ class KServeService final
   Metrics* const metrics_;
   Clock* const clock_;
   const std::string server_version_;
+  AccessLog* const access_log_;
   std::atomic<bool> ready_{false};
   KServeStatistics stats_;
 };

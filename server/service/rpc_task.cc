@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "server/service/access_log.h"
 
 namespace metalserve {
 
@@ -14,6 +15,22 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
     return absl::InfiniteFuture();
   }
   return absl::FromChrono(d);
+}
+
+void LogAccess(AccessLog& log, const grpc::CallbackServerContext& context,
+               absl::string_view method, const ModelInfo& model, int64_t rows,
+               absl::StatusCode code, const RunStats& run, absl::Time now,
+               absl::Duration total) {
+  log.Log({.time = now,
+           .peer = context.peer(),
+           .method = method,
+           .model = model.name,
+           .version = model.version,
+           .rows = rows,
+           .code = code,
+           .queue = run.queue_time,
+           .compute = run.compute_time,
+           .total = total});
 }
 
 absl::Status CheckModelName(absl::string_view field, absl::string_view name,

@@ -23,6 +23,15 @@
 
 namespace metalserve {
 
+class AccessLog;
+
+// Hands one finished call to `log` (formatting only; never waits on I/O).
+// `rows` 0 when the call was refused before its inputs were read.
+void LogAccess(AccessLog& log, const grpc::CallbackServerContext& context,
+               absl::string_view method, const ModelInfo& model, int64_t rows,
+               absl::StatusCode code, const RunStats& run, absl::Time now,
+               absl::Duration total);
+
 // Deadline of a server call as absl::Time (InfiniteFuture when none).
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 
@@ -55,6 +64,13 @@ class RpcInferTask : public InferTask {
   const std::vector<InputView>& inputs() const override { return inputs_; }
   void Abort(const absl::Status& status) override { Complete(status, RunStats{}); }
 
+  // Logs the call to `log` (null: none) under `model`'s name and version
+  // when it completes; both must outlive the task.
+  void set_access_log(AccessLog* log, const ModelInfo* model) {
+    access_log_ = log;
+    model_ = model;
+  }
+
  protected:
   // Records the outcome, lets the subclass add to it, and finishes the call.
   // The last touch of this task's call: the reactor may be freed after it.
@@ -62,6 +78,10 @@ class RpcInferTask : public InferTask {
     const absl::Time now = clock_->TimeNow();
     OnComplete(status, run, now, now - start_);
     if (metrics_ != nullptr) metrics_->RequestFinished(method_, status.code(), now - start_);
+    if (access_log_ != nullptr) {
+      LogAccess(*access_log_, *context_, method_, *model_, rows(), status.code(), run,
+                now, now - start_);
+    }
     // DefaultReactor() must not be called twice: it re-creates the reactor.
     reactor_->Finish(ToGrpcStatus(status));
   }
@@ -78,6 +98,8 @@ class RpcInferTask : public InferTask {
   Metrics* const metrics_;
   Clock* const clock_;
   const absl::Time start_;
+  AccessLog* access_log_ = nullptr;
+  const ModelInfo* model_ = nullptr;
 };
 
 }  // namespace metalserve

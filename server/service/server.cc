@@ -96,9 +96,9 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
                       },
                       on_idle));
   s->service_ = std::make_unique<InferenceService>(
-      runner, s->batcher_.get(), metrics, clock, options.version);
+      runner, s->batcher_.get(), metrics, clock, options.version, options.access_log);
   s->kserve_ = std::make_unique<KServeService>(
-      runner, s->batcher_.get(), metrics, clock, options.version);
+      runner, s->batcher_.get(), metrics, clock, options.version, options.access_log);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

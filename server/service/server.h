@@ -30,6 +30,7 @@ class Service;
 
 namespace metalserve {
 
+class AccessLog;
 class BatchExecutor;
 class InferenceService;
 class KServeService;
@@ -51,6 +52,9 @@ struct ServerOptions {
   std::string tls_cert_path;
   std::string tls_key_path;
   std::string tls_client_ca_path;
+  // Where each Predict/ModelInfer outcome is logged; null: nowhere. Not
+  // owned; must outlive the server.
+  AccessLog* access_log = nullptr;
 };
 
 class InferenceServer {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/fake_inference_server.h"
@@ -12,6 +13,7 @@ namespace metalserve::client {
 namespace {
 
 using ::metalserve::testing::FakeInferenceServer;
+using ::testing::ContainsRegex;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -49,6 +51,52 @@ TEST(MetalserveBenchCliTest, ExitsWithTwoWhenErrorRateExceedsLimit) {
   EXPECT_THAT(over.out, HasSubstr("INVALID_ARGUMENT=10"));
   const Outcome under = RunBench(common + " --max_error_rate=0.5");
   EXPECT_EQ(under.exit_code, 0) << under.out;
+}
+
+TEST(MetalserveBenchCliTest, SweepsRequestRatesGivenAsAList) {
+  auto server = FakeInferenceServer::Start({.delay = absl::Milliseconds(1)});
+  const Outcome o = RunBench(absl::StrCat(
+      "--target=", server->address(),
+      " --rate=200,400 --requests=10 --output=json --deadline=5s"));
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_THAT(o.out, HasSubstr("{\"mode\":\"open\",\"concurrency\":0,\"rate\":200,"));
+  EXPECT_THAT(o.out, HasSubstr("{\"mode\":\"open\",\"concurrency\":0,\"rate\":400,"));
+  EXPECT_EQ(server->received(), 20);
+}
+
+TEST(MetalserveBenchCliTest, RejectsABadRateNamingIt) {
+  const Outcome o = RunBench("--rate=100,-5 --target=127.0.0.1:1");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_THAT(o.out, HasSubstr("--rate='100,-5': '-5' is not a rate > 0"));
+}
+
+TEST(MetalserveBenchCliTest, TextReportShowsServerPercentilesAndErrorMessages) {
+  // Queue times 100..1000 us in a cycle of 10; every 5th request fails.
+  auto server = FakeInferenceServer::Start({.delay = absl::ZeroDuration(),
+                                            .fail_every = 5,
+                                            .queue_time_cycle = 10});
+  const Outcome o = RunBench(absl::StrCat(
+      "--target=", server->address(), " --requests=100 --deadline=5s"));
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  // Successful requests are n % 5 != 0: queue times 100..400 and 600..900.
+  EXPECT_THAT(o.out, ContainsRegex("queue us   p50 [0-9]+  p90 (899|900)  p99 (899|900)"));
+  EXPECT_THAT(o.out, HasSubstr("errors     INVALID_ARGUMENT 20\n"));
+  int shown = 0;
+  for (size_t at = 0; (at = o.out.find("INVALID_ARGUMENT: fake failure requested #", at)) !=
+                      std::string::npos;
+       ++at) {
+    ++shown;
+  }
+  EXPECT_EQ(shown, 3) << o.out;  // 20 distinct messages, 3 shown
+}
+
+TEST(MetalserveBenchCliTest, HelpDocumentsDurationDefaultAndRandomRanges) {
+  const Outcome o = RunBench("--helpfull");
+  // Help text is wrapped: join the lines before looking.
+  const std::string help = absl::StrReplaceAll(o.out, {{"\n      ", " "}});
+  EXPECT_THAT(help, HasSubstr("Default 0, which means 10s, or no time limit when "
+                              "--requests is set.); default: 0;"));
+  EXPECT_THAT(help, HasSubstr("int64/int32 in [0, 100)"));
 }
 
 TEST(MetalserveBenchCliTest, RejectsUnknownProtocolNamingIt) {

@@ -67,10 +67,12 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
     if ((options_.fail_every > 0 && n % options_.fail_every == 0) ||
         request->model_name() == kFailMarker) {
       status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "fake failure requested");
+                            options_.fail_message + " #" + std::to_string(n));
     } else {
       response->set_model_name("fake");
-      response->set_queue_time_us(kQueueTimeUs);
+      const int64_t k = options_.queue_time_cycle;
+      response->set_queue_time_us(k > 0 ? kQueueTimeUs * ((n - 1) % k + 1)
+                                        : kQueueTimeUs);
       response->set_compute_time_us(absl::ToInt64Microseconds(options_.delay));
       const int64_t rows = request->inputs_size() > 0 &&
                                    request->inputs(0).shape_size() > 0

@@ -5,10 +5,12 @@
 // Predict never blocks a gRPC thread: the handler queues the reactor on a
 // timer thread that finishes it when its delay is over (delay 0 finishes
 // inline). Optional behaviours: every `fail_every`-th request, or any
-// request whose model_name is kFailMarker, fails with INVALID_ARGUMENT; the
-// `stall_at_request`-th request opens a stall window during which nothing
-// finishes before the window closes. Responses carry queue_time_us =
-// kQueueTimeUs, compute_time_us = the delay and batch_rows = the request's
+// request whose model_name is kFailMarker, fails with INVALID_ARGUMENT and
+// the message "<fail_message> #<request number>"; the `stall_at_request`-th
+// request opens a stall window during which nothing finishes before the
+// window closes. Responses carry queue_time_us = kQueueTimeUs (or, with
+// queue_time_cycle = k > 0, kQueueTimeUs * ((n - 1) % k + 1) for the n-th
+// request), compute_time_us = the delay and batch_rows = the request's
 // first input rows. GetModelMetadata describes one float32 input "input" of
 // shape [-1, 4].
 //
@@ -38,6 +40,11 @@ struct FakeServerOptions {
   // The n-th request (1-based) opens a stall window of `stall`; 0 for never.
   int64_t stall_at_request = 0;
   absl::Duration stall = absl::Milliseconds(200);
+  // Failure message, followed by " #<request number>".
+  std::string fail_message = "fake failure requested";
+  // 0: every response reports kQueueTimeUs; k > 0: the n-th reports
+  // kQueueTimeUs * ((n - 1) % k + 1), a known spread for percentiles.
+  int64_t queue_time_cycle = 0;
   // gRPC callback threads are the library's; this bounds nothing else.
 };
 

@@ -6,6 +6,8 @@
 #include "client/load_generator.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 
 #include "client/channel_factory.h"
 #include "client/report.h"
@@ -21,8 +23,11 @@ namespace {
 using ::metalserve::testing::FakeInferenceServer;
 using ::metalserve::testing::FakeServerOptions;
 using ::metalserve::testing::StatusIs;
+using ::testing::Each;
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::Pair;
+using ::testing::StartsWith;
 
 v1::PredictRequest SmallRequest(int64_t rows, const std::string& model = "") {
   v1::PredictRequest req;
@@ -107,6 +112,65 @@ TEST(LoadGeneratorTest, CountsErrorsPerCodeAndExitCodeFollowsMaxErrorRate) {
   EXPECT_EQ(ExitCodeFor(reports, 0.1), kExitErrorRateExceeded);
   EXPECT_EQ(ExitCodeFor(reports, 0.25), 0);
   EXPECT_EQ(ExitCodeFor(reports, 1.0), 0);
+}
+
+TEST(LoadGeneratorTest, KeepsTheFirstFewDistinctErrorMessagesPerCode) {
+  // 20 requests, every 2nd fails with a message naming its request number:
+  // 10 distinct messages, of which kMaxMessagesPerCode are kept.
+  auto server = FakeInferenceServer::Start(
+      {.delay = absl::ZeroDuration(), .fail_every = 2});
+  auto gen = MakeGenerator(*server);
+  LoadSpec spec;
+  spec.concurrency = 2;
+  spec.max_requests = 20;
+  auto stats = gen->Run(spec);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_THAT(stats->errors, ElementsAre(Pair("INVALID_ARGUMENT", 10)));
+  ASSERT_EQ(stats->error_messages.size(), 1u);
+  const std::vector<std::string>& kept = stats->error_messages["INVALID_ARGUMENT"];
+  EXPECT_EQ(kept.size(), static_cast<size_t>(kMaxMessagesPerCode));
+  EXPECT_THAT(kept, Each(StartsWith("fake failure requested #")));
+  EXPECT_EQ(std::set<std::string>(kept.begin(), kept.end()).size(), kept.size());
+}
+
+TEST(LoadGeneratorTest, LongErrorMessagesAreCut) {
+  auto server = FakeInferenceServer::Start({.delay = absl::ZeroDuration(),
+                                            .fail_every = 1,
+                                            .fail_message = std::string(5000, 'e')});
+  auto gen = MakeGenerator(*server);
+  LoadSpec spec;
+  spec.max_requests = 2;
+  auto stats = gen->Run(spec);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const std::string& m : stats->error_messages["INVALID_ARGUMENT"]) {
+    EXPECT_EQ(m.size(), kMaxMessageBytes);
+    EXPECT_THAT(m, EndsWith("..."));
+  }
+  // Both requests' messages are cut at the same place, so they are one.
+  EXPECT_EQ(stats->error_messages["INVALID_ARGUMENT"].size(), 1u);
+}
+
+TEST(LoadGeneratorTest, ServerQueueTimesGiveRealPercentilesNotOnlyTheMean) {
+  // Request n reports queue_time_us = 100 * ((n - 1) % 10 + 1): 100..1000,
+  // ten of each over 100 requests, so p50 = 500, p90 = 900, p99 = 1000 and
+  // the mean is 550 (percentiles within the histogram's 1%).
+  auto server = FakeInferenceServer::Start(
+      {.delay = absl::ZeroDuration(), .queue_time_cycle = 10});
+  auto gen = MakeGenerator(*server);
+  LoadSpec spec;
+  spec.concurrency = 4;
+  spec.max_requests = 100;
+  auto stats = gen->Run(spec);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->ok, 100);
+  EXPECT_DOUBLE_EQ(stats->MeanServerQueueUs(), 550);
+  EXPECT_EQ(stats->server_queue.Count(), 100);
+  auto us = [](absl::Duration d) { return absl::ToDoubleMicroseconds(d); };
+  EXPECT_NEAR(us(stats->server_queue.Percentile(50)), 500, 5);
+  EXPECT_NEAR(us(stats->server_queue.Percentile(90)), 900, 9);
+  EXPECT_NEAR(us(stats->server_queue.Percentile(99)), 1000, 10);
+  EXPECT_EQ(stats->server_compute.Count(), 100);
+  EXPECT_EQ(stats->server_compute.Max(), absl::ZeroDuration());
 }
 
 TEST(LoadGeneratorTest, DeadlineExpiryIsCountedAsDeadlineExceeded) {

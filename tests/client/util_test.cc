@@ -131,6 +131,18 @@ TEST(ConcurrencySweepTest, ParsesListsAndGeometricAndLinearRanges) {
   }
 }
 
+TEST(RateSweepTest, ParsesOneRateOrAListAndZeroMeansClosedLoop) {
+  EXPECT_THAT(*ParseRateSweep("500"), ElementsAre(500));
+  EXPECT_THAT(*ParseRateSweep("50,100,2.5"), ElementsAre(50, 100, 2.5));
+  EXPECT_TRUE(ParseRateSweep("0")->empty());
+  EXPECT_TRUE(ParseRateSweep("")->empty());
+  for (const char* bad : {"-5", "50,0", "50,,100", "abc", "inf", "nan"}) {
+    EXPECT_THAT(ParseRateSweep(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--rate=")))
+        << bad;
+  }
+}
+
 TEST(ChannelTargetTest, SeveralAddressesBecomeOneIpv4OrIpv6Target) {
   EXPECT_EQ(*ChannelTarget({"dns:///svc:1"}), "dns:///svc:1");
   EXPECT_EQ(*ChannelTarget({"10.0.0.1:5", "10.0.0.2:6"}), "ipv4:///10.0.0.1:5,10.0.0.2:6");
@@ -195,6 +207,39 @@ TEST(ReportTest, TextNamesErrorsAndOutputFormatsParse) {
   EXPECT_THAT(text, HasSubstr("UNAVAILABLE 1"));
   EXPECT_THAT(ParseOutputFormat("yaml"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(*ParseOutputFormat("csv"), OutputFormat::kCsv);
+}
+
+TEST(ReportTest, ServerTimesAreReportedAsPercentilesAndMeans) {
+  RunReport r = SampleReport();
+  for (int us : {100, 200, 900}) r.stats.server_queue.Record(absl::Microseconds(us));
+  for (int us : {10, 20, 30}) r.stats.server_compute.Record(absl::Microseconds(us));
+  // Bucket midpoints: 200 us reads 200.2, 900 us 899.1 (within 0.4%).
+  const std::string json = FormatReports({r}, OutputFormat::kJson);
+  EXPECT_THAT(json, HasSubstr("\"queue_us\":{\"p50\":200.2,\"p90\":899.1,\"p99\":899.1}"));
+  EXPECT_THAT(json, HasSubstr("\"compute_us\":{\"p50\":20.0,\"p90\":30.0,\"p99\":30.0}"));
+  const std::string text = FormatReports({r}, OutputFormat::kText);
+  EXPECT_THAT(text, HasSubstr("queue us   p50 200  p90 899  p99 899  mean 100"));
+  EXPECT_THAT(text, HasSubstr("compute us p50 20  p90 30  p99 30  mean 200"));
+  const std::string csv = FormatReports({r}, OutputFormat::kCsv);
+  EXPECT_THAT(csv, HasSubstr("server_queue_us_p50,server_queue_us_p90,server_queue_us_p99,"));
+  EXPECT_THAT(csv, HasSubstr(",200.2,899.1,899.1,20.0,30.0,30.0,UNAVAILABLE=1"));
+}
+
+TEST(ReportTest, ErrorMessagesAreShownPerCodeAndEscapedInJson) {
+  RunReport r = SampleReport();
+  r.stats.error_messages["UNAVAILABLE"] = {"connect failed", "line\nbreak \"quoted\""};
+  const std::string text = FormatReports({r}, OutputFormat::kText);
+  EXPECT_THAT(text, HasSubstr("UNAVAILABLE: connect failed\n"));
+  const std::string json = FormatReports({r}, OutputFormat::kJson);
+  EXPECT_THAT(json, HasSubstr("\"error_messages\":{\"UNAVAILABLE\":[\"connect failed\","
+                              "\"line\\u000abreak \\\"quoted\\\"\"]}"));
+}
+
+TEST(ReportTest, LongErrorMessagesAreTruncated) {
+  EXPECT_EQ(TruncateMessage("short"), "short");
+  const std::string cut = TruncateMessage(std::string(1000, 'x'));
+  EXPECT_EQ(cut.size(), kMaxMessageBytes);
+  EXPECT_THAT(cut, ::testing::EndsWith("xx..."));
 }
 
 }  // namespace

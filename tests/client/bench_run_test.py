@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""bench/run.py's ratio warnings: a run too short or noisy to give a
+meaningful ratio is flagged next to it; a sound run is not. Pure functions,
+no server: the figures below are the shapes metalserve-bench writes."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "bench"))
+import run  # noqa: E402  bench/run.py
+
+
+def level(ok, elapsed_s, concurrency=1, error_rate=0.0):
+    return {"ok": ok, "elapsed_s": elapsed_s, "concurrency": concurrency,
+            "error_rate": error_rate}
+
+
+def summary(served_over_raw=0.8, gain=2.0, p50=0.3, p99=0.9):
+    return {"served_over_raw_best": served_over_raw, "batching_gain": gain,
+            "p50_overhead_ms": p50, "p99_overhead_ms": p99}
+
+
+SOUND = level(5000, 5.0, 16)
+
+
+class RatioWarningsTest(unittest.TestCase):
+    def test_sound_run_has_no_warnings(self):
+        self.assertEqual(run.ratio_warnings(summary(), SOUND, SOUND, SOUND), {})
+        self.assertEqual(run.warned({"warnings": {}}, "batching_gain"), "")
+
+    def test_one_second_run_flags_every_ratio_it_feeds(self):
+        # The issue's case: a 1 s run with negative overhead and a 0.28x gain.
+        short = level(150, 1.0, 4)
+        w = run.ratio_warnings(summary(gain=0.28, p50=-0.05, p99=-0.01),
+                               short, short, short)
+        self.assertIn("only 150 requests (< 200)", " ".join(w["batching_gain"]))
+        self.assertIn("measured 1.0 s (< 3 s)", " ".join(w["served_over_raw_best"]))
+        self.assertIn("gain below 1 from too few requests", " ".join(w["batching_gain"]))
+        for key in ("p50_overhead_ms", "p99_overhead_ms"):
+            self.assertIn("cannot beat the raw forward", " ".join(w[key]))
+
+    def test_negative_overhead_is_flagged_even_in_a_long_run(self):
+        w = run.ratio_warnings(summary(p50=-0.2), SOUND, SOUND, SOUND)
+        self.assertEqual(list(w), ["p50_overhead_ms"])
+
+    def test_gain_below_one_from_enough_requests_is_a_finding_not_noise(self):
+        self.assertEqual(run.ratio_warnings(summary(gain=0.9), SOUND, SOUND, SOUND), {})
+
+    def test_served_above_raw_and_errors_are_flagged(self):
+        noisy = level(5000, 5.0, 16, error_rate=0.01)
+        w = run.ratio_warnings(summary(served_over_raw=1.3), noisy, SOUND, SOUND)
+        text = " ".join(w["served_over_raw_best"])
+        self.assertIn("served above raw", text)
+        self.assertIn("batched c=16: error rate 0.0100", text)
+
+    def test_warning_is_printed_beside_the_ratio(self):
+        s = summary(p99=-1.0)
+        s["warnings"] = run.ratio_warnings(s, SOUND, SOUND, SOUND)
+        self.assertTrue(run.warned(s, "p99_overhead_ms").startswith("   WARNING: "))
+
+
+if __name__ == "__main__":
+    unittest.main()
