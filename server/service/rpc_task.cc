@@ -19,7 +19,7 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 absl::Status CheckModelName(absl::string_view field, absl::string_view name,
                             const ModelInfo& served) {
   if (name.empty() || name == served.name) return absl::OkStatus();
-  return absl::NotFoundError(absl::StrCat(field, " '", name,
+  return absl::NotFoundError(absl::StrCat(field, " '", ClientText(name),
                                           "' is not served here; this server serves '",
                                           served.name, "'"));
 }
