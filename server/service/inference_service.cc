@@ -99,7 +99,6 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   std::unique_ptr<BatchTask> task = std::make_unique<PredictTask>(
       context, reactor, response, *std::move(inputs), runner_, metrics_, clock_, start);
   absl::Status admitted = batcher_->Submit(&task);
-  if (metrics_ != nullptr) metrics_->SetQueueDepth(batcher_->queued_rows());
   if (!admitted.ok()) return fail(admitted);
   return reactor;
 }

@@ -497,7 +497,6 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
       context, reactor, request, response, std::move(storage), *std::move(inputs),
       *std::move(outputs), runner_, metrics_, &stats_, clock_, start);
   absl::Status admitted = batcher_->Submit(&task);
-  if (metrics_ != nullptr) metrics_->SetQueueDepth(batcher_->queued_rows());
   if (!admitted.ok()) return fail(admitted);
   return reactor;
 }

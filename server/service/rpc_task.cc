@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "server/batcher/batch_queue.h"
 
 namespace metalserve {
 
@@ -14,6 +15,29 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
     return absl::InfiniteFuture();
   }
   return absl::FromChrono(d);
+}
+
+absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
+                                  absl::Time deadline, absl::Time now) {
+  if (deadline <= now ||
+      (cancelled && deadline - now <= BatchQueue::kDeadlineSkew)) {
+    return absl::StatusCode::kDeadlineExceeded;
+  }
+  return cancelled ? absl::StatusCode::kCancelled : sent;
+}
+
+void RpcInferTask::Complete(const absl::Status& status, const RunStats& run) {
+  const absl::Time now = clock_->TimeNow();
+  const absl::StatusCode seen =
+      CodeSeenByClient(status.code(), context_->IsCancelled(), deadline_, now);
+  const absl::Status outcome =
+      seen == status.code()
+          ? status
+          : absl::Status(seen, "the client gave up on the call before its answer");
+  OnComplete(outcome, run, now, now - start_);
+  if (metrics_ != nullptr) metrics_->RequestFinished(method_, seen, now - start_);
+  // DefaultReactor() must not be called twice: it re-creates the reactor.
+  reactor_->Finish(ToGrpcStatus(status));
 }
 
 absl::Status CheckModelName(absl::string_view field, absl::string_view name,

@@ -26,6 +26,16 @@ namespace metalserve {
 // Deadline of a server call as absl::Time (InfiniteFuture when none).
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 
+// The code the client of a call saw, given the status the server is about to
+// send: the server's own when the call is still open; DEADLINE_EXCEEDED when
+// its deadline has passed (or it was cancelled within
+// BatchQueue::kDeadlineSkew of it: the client gives up at its own deadline,
+// just before the server's); CANCELLED when the client cancelled it. Metrics
+// record this code, so that requests_total{code="OK"} counts only answers a
+// client could receive.
+absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
+                                  absl::Time deadline, absl::Time now);
+
 // OK when `name` is empty or the served model's; otherwise NOT_FOUND naming
 // `field` and both names.
 absl::Status CheckModelName(absl::string_view field, absl::string_view name,
@@ -56,15 +66,11 @@ class RpcInferTask : public InferTask {
   void Abort(const absl::Status& status) override { Complete(status, RunStats{}); }
 
  protected:
-  // Records the outcome, lets the subclass add to it, and finishes the call.
-  // The last touch of this task's call: the reactor may be freed after it.
-  void Complete(const absl::Status& status, const RunStats& run) {
-    const absl::Time now = clock_->TimeNow();
-    OnComplete(status, run, now, now - start_);
-    if (metrics_ != nullptr) metrics_->RequestFinished(method_, status.code(), now - start_);
-    // DefaultReactor() must not be called twice: it re-creates the reactor.
-    reactor_->Finish(ToGrpcStatus(status));
-  }
+  // Records the outcome as the client saw it (see CodeSeenByClient), lets
+  // the subclass add to it, and finishes the call. The last touch of this
+  // task's call: the reactor may be freed after it.
+  void Complete(const absl::Status& status, const RunStats& run);
+  // `status` is the outcome as the client saw it.
   virtual void OnComplete(const absl::Status& status, const RunStats& run,
                           absl::Time now, absl::Duration latency) {}
 

@@ -72,12 +72,10 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   s->executor_ = std::make_unique<BatchExecutor>(
       runner, options.batching, options.device_concurrency, metrics, clock);
   BatchExecutor* executor = s->executor_.get();
-  // The queue depth gauge follows the queue as batches are taken, not only
-  // as requests arrive. Only the processor reads batcher_: it runs after a
-  // request was submitted, so after batcher_ is set (on_idle may run before).
-  InferenceServer* self = s.get();
-  auto update_depth = [self, metrics] {
-    if (metrics != nullptr) metrics->SetQueueDepth(self->batcher_->queued_rows());
+  // The queue depth gauge follows every change of the queue: arrivals,
+  // batches, expiries, cancellations and the drain.
+  auto on_depth = [metrics](int64_t rows) {
+    if (metrics != nullptr) metrics->SetQueueDepth(rows);
   };
   auto on_idle = [runner, metrics] {
     runner->BetweenBatches(/*idle=*/true);
@@ -90,11 +88,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   ASSIGN_OR_RETURN(
       s->batcher_,
       Batcher::Create(options.batching, clock,
-                      [executor, update_depth](Batch b) {
-                        update_depth();
-                        executor->Process(std::move(b));
-                      },
-                      on_idle));
+                      [executor](Batch b) { executor->Process(std::move(b)); },
+                      on_idle, absl::Seconds(1), on_depth));
   s->service_ = std::make_unique<InferenceService>(
       runner, s->batcher_.get(), metrics, clock, options.version);
   s->kserve_ = std::make_unique<KServeService>(

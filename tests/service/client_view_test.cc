@@ -1,10 +1,15 @@
 // What a client sees, over real gRPC on 127.0.0.1 with a fake runner:
-// status messages that stay small whatever the client sent.
+// status messages that stay small whatever the client sent, and server
+// metrics that count each call the way its client saw it end.
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -23,8 +28,25 @@ using metalserve::v1::PredictResponse;
 using ::metalserve::testing::MakeRequest;
 using ::metalserve::testing::NativeFakeServerTest;
 using ::testing::HasSubstr;
+using ::testing::Optional;
 
 constexpr size_t kHuge = 1 << 20;  // 1 MiB of client-supplied name
+
+// Value of the sample named exactly `series` in a scrape; nullopt if absent.
+std::optional<double> Sample(const std::string& scrape, absl::string_view series) {
+  const std::string prefix = absl::StrCat(series, " ");
+  for (absl::string_view line : absl::StrSplit(scrape, '\n')) {
+    if (!absl::StartsWith(line, prefix)) continue;
+    double value;
+    if (absl::SimpleAtod(line.substr(prefix.size()), &value)) return value;
+  }
+  return std::nullopt;
+}
+
+std::string PredictCount(absl::string_view code) {
+  return absl::StrCat("metalserve_requests_total{code=\"", code,
+                      "\",method=\"Predict\"}");
+}
 
 TEST(TruncatedTest, KeepsShortTextAndNotesTheLengthOfLongText) {
   EXPECT_EQ(Truncated("abc", 3), "abc");
@@ -53,6 +75,15 @@ class ClientViewTest : public NativeFakeServerTest {
     const PredictRequest req = MakeRequest(1, 5);
     ASSERT_TRUE(Call(req, &resp).ok());
     testing::ExpectDoubled(req, resp);
+  }
+
+  // Polls the scrape (up to 10 s) until `series` reaches `value`.
+  void AwaitSample(absl::string_view series, double value) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (Sample(metrics_->Scrape(), series) != value && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    ASSERT_THAT(Sample(metrics_->Scrape(), series), Optional(value)) << series;
   }
 };
 
@@ -122,6 +153,94 @@ TEST_F(ClientViewTest, KServeHugeDatatypeAndVersionGetTheirCodes) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("...(truncated, 1048576 bytes)"));
   ExpectServes();
+}
+
+// Calls answered by the model after their client's deadline: the clients saw
+// DEADLINE_EXCEEDED, and so does requests_total.
+TEST_F(ClientViewTest, AnswerAfterClientDeadlineIsNotCountedOk) {
+  BatcherOptions b = testing::LoopbackServerOptions().batching;
+  b.max_queue_delay = absl::Milliseconds(20);  // the calls share one batch
+  StartServer(b);
+  runner_.CloseGate();
+  constexpr int kCalls = 4;
+  const absl::Duration timeout = absl::Milliseconds(300);
+  std::vector<grpc::Status> st(kCalls);
+  std::vector<std::thread> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.emplace_back([&, i] {
+      PredictResponse resp;
+      st[i] = Call(MakeRequest(1, i), &resp, timeout);
+    });
+  }
+  runner_.AwaitRunning(1);
+  for (auto& t : calls) t.join();
+  const absl::Time client_deadlines_passed = absl::Now();
+  for (const grpc::Status& s : st) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // The server's deadline of a call lies its transit time (well under 200 ms
+  // on loopback) after the client's; let it pass before the model answers.
+  absl::SleepFor(client_deadlines_passed + absl::Milliseconds(200) - absl::Now());
+  runner_.OpenGate();
+  ExpectServes();
+  AwaitSample(PredictCount("DEADLINE_EXCEEDED"), kCalls);
+  EXPECT_THAT(Sample(metrics_->Scrape(), PredictCount("OK")), Optional(1.0));
+}
+
+TEST_F(ClientViewTest, AnswerAfterClientCancelledIsCountedCancelled) {
+  StartServer(testing::LoopbackServerOptions().batching);
+  runner_.CloseGate();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  grpc::Status cancelled;
+  std::thread call([&] {
+    PredictResponse resp;
+    cancelled = stub_->Predict(&ctx, MakeRequest(1, 1), &resp);
+  });
+  runner_.AwaitRunning(1);
+  ctx.TryCancel();
+  call.join();
+  EXPECT_EQ(cancelled.error_code(), grpc::StatusCode::CANCELLED);
+  // Lets the client's RST_STREAM reach the server (loopback) before the
+  // model answers; nothing on the server side shows that it has.
+  absl::SleepFor(absl::Milliseconds(200));
+  runner_.OpenGate();
+  ExpectServes();
+  AwaitSample(PredictCount("CANCELLED"), 1);
+  EXPECT_THAT(Sample(metrics_->Scrape(), PredictCount("OK")), Optional(1.0));
+}
+
+// Queued calls that expire while the model is busy take the queue-depth
+// gauge back to zero, with no later request to reset it.
+TEST_F(ClientViewTest, QueueDepthGaugeReturnsToZeroAfterQueuedCallsExpire) {
+  BatcherOptions b;
+  b.max_batch_size = 1;
+  b.max_queue_delay = absl::ZeroDuration();
+  StartServer(b);
+  runner_.CloseGate();
+  grpc::Status first;
+  std::thread busy([&] {
+    PredictResponse resp;
+    first = Call(MakeRequest(1, 1), &resp);
+  });
+  runner_.AwaitRunning(1);
+  constexpr int kQueued = 3;
+  std::vector<std::thread> queued;
+  for (int i = 0; i < kQueued; ++i) {
+    queued.emplace_back([&, i] {
+      PredictResponse resp;
+      Call(MakeRequest(1, i), &resp, absl::Milliseconds(200));
+    });
+  }
+  for (auto& t : queued) t.join();
+  EXPECT_THAT(Sample(metrics_->Scrape(), "metalserve_queue_depth_rows"),
+              Optional(double{kQueued}));
+  runner_.OpenGate();
+  busy.join();
+  EXPECT_TRUE(first.ok());
+  AwaitSample(PredictCount("DEADLINE_EXCEEDED"), kQueued);
+  EXPECT_THAT(Sample(metrics_->Scrape(), "metalserve_queue_depth_rows"),
+              Optional(0.0));
 }
 
 }  // namespace
