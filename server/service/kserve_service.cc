@@ -225,9 +225,10 @@ class KServeTask final : public RpcInferTask {
              const ModelInferRequest* request, ModelInferResponse* response,
              std::vector<std::string> storage, std::vector<InputView> inputs,
              std::vector<size_t> outputs, const Runner* runner, Metrics* metrics,
-             KServeStatistics* stats, Clock* clock, absl::Time start)
+             KServeStatistics* stats, Clock* clock, absl::Time start,
+             const std::atomic<bool>* cut_off)
       : RpcInferTask(context, reactor, std::move(inputs), kModelInfer, metrics,
-                     clock, start),
+                     clock, start, cut_off),
         request_(request),
         response_(response),
         storage_(std::move(storage)),
@@ -495,7 +496,7 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
 
   std::unique_ptr<BatchTask> task = std::make_unique<KServeTask>(
       context, reactor, request, response, std::move(storage), *std::move(inputs),
-      *std::move(outputs), runner_, metrics_, &stats_, clock_, start);
+      *std::move(outputs), runner_, metrics_, &stats_, clock_, start, &cut_off_);
   absl::Status admitted = batcher_->Submit(&task);
   if (!admitted.ok()) return fail(admitted);
   return reactor;

@@ -79,6 +79,8 @@ class KServeService final
 
   void SetReady(bool ready) { ready_.store(ready); }
   bool ready() const { return ready_.load(); }
+  // See InferenceService::MarkCutOff.
+  void MarkCutOff() { cut_off_.store(true); }
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -129,6 +131,7 @@ class KServeService final
   Clock* const clock_;
   const std::string server_version_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> cut_off_{false};
   KServeStatistics stats_;
 };
 

@@ -18,18 +18,21 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 }
 
 absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
-                                  absl::Time deadline, absl::Time now) {
+                                  bool cut_off, absl::Time deadline,
+                                  absl::Time now) {
   if (deadline <= now ||
       (cancelled && deadline - now <= BatchQueue::kDeadlineSkew)) {
     return absl::StatusCode::kDeadlineExceeded;
   }
-  return cancelled ? absl::StatusCode::kCancelled : sent;
+  if (!cancelled) return sent;
+  return cut_off ? absl::StatusCode::kUnavailable : absl::StatusCode::kCancelled;
 }
 
 void RpcInferTask::Complete(const absl::Status& status, const RunStats& run) {
   const absl::Time now = clock_->TimeNow();
-  const absl::StatusCode seen =
-      CodeSeenByClient(status.code(), context_->IsCancelled(), deadline_, now);
+  const bool cut_off = cut_off_ != nullptr && cut_off_->load();
+  const absl::StatusCode seen = CodeSeenByClient(
+      status.code(), context_->IsCancelled(), cut_off, deadline_, now);
   const absl::Status outcome =
       seen == status.code()
           ? status

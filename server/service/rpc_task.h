@@ -10,6 +10,7 @@
 #ifndef METALSERVE_SERVER_SERVICE_RPC_TASK_H_
 #define METALSERVE_SERVER_SERVICE_RPC_TASK_H_
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,14 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 // send: the server's own when the call is still open; DEADLINE_EXCEEDED when
 // its deadline has passed (or it was cancelled within
 // BatchQueue::kDeadlineSkew of it: the client gives up at its own deadline,
-// just before the server's); CANCELLED when the client cancelled it. Metrics
-// record this code, so that requests_total{code="OK"} counts only answers a
-// client could receive.
+// just before the server's); UNAVAILABLE when it was cancelled after the
+// server's own shutdown cut open calls off (`cut_off`: gRPC ends them with
+// UNAVAILABLE "Cancelling all calls"); CANCELLED when the client cancelled
+// it. Metrics record this code, so that requests_total{code="OK"} counts
+// only answers a client could receive.
 absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
-                                  absl::Time deadline, absl::Time now);
+                                  bool cut_off, absl::Time deadline,
+                                  absl::Time now);
 
 // OK when `name` is empty or the served model's; otherwise NOT_FOUND naming
 // `field` and both names.
@@ -44,10 +48,12 @@ absl::Status CheckModelName(absl::string_view field, absl::string_view name,
 class RpcInferTask : public InferTask {
  public:
   // `method` must outlive the task (a literal); `metrics` may be null.
+  // `cut_off` (may be null; must outlive the task) turns true when the
+  // server's shutdown cuts open calls off.
   RpcInferTask(grpc::CallbackServerContext* context,
                grpc::ServerUnaryReactor* reactor, std::vector<InputView> inputs,
                absl::string_view method, Metrics* metrics, Clock* clock,
-               absl::Time start)
+               absl::Time start, const std::atomic<bool>* cut_off)
       : context_(context),
         reactor_(reactor),
         inputs_(std::move(inputs)),
@@ -56,7 +62,8 @@ class RpcInferTask : public InferTask {
         method_(method),
         metrics_(metrics),
         clock_(clock),
-        start_(start) {}
+        start_(start),
+        cut_off_(cut_off) {}
 
   int64_t rows() const override { return inputs_.front().shape[0]; }
   absl::string_view batch_key() const override { return key_; }
@@ -84,6 +91,7 @@ class RpcInferTask : public InferTask {
   Metrics* const metrics_;
   Clock* const clock_;
   const absl::Time start_;
+  const std::atomic<bool>* const cut_off_;
 };
 
 }  // namespace metalserve

@@ -177,6 +177,8 @@ void InferenceServer::StopGrpc(absl::Time deadline) {
     LOG(WARNING) << "shutdown: " << accepted_->open()
                  << " accepted call(s) still open at the shutdown timeout; "
                     "gRPC cancels them (clients see UNAVAILABLE)";
+    service_->MarkCutOff();
+    kserve_->MarkCutOff();
   }
   server_->Shutdown(absl::ToChronoTime(deadline));
   // Server::Shutdown has returned, so the shutdown (and our event) is done.

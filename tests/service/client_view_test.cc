@@ -210,6 +210,27 @@ TEST_F(ClientViewTest, AnswerAfterClientCancelledIsCountedCancelled) {
   EXPECT_THAT(Sample(metrics_->Scrape(), PredictCount("OK")), Optional(1.0));
 }
 
+// A call still running when the shutdown timeout cuts it off: gRPC ends it
+// UNAVAILABLE for the client, and the server counts it so, not OK.
+TEST_F(ClientViewTest, CallCutOffAtShutdownTimeoutIsCountedUnavailable) {
+  StartServer(testing::LoopbackServerOptions().batching);
+  runner_.CloseGate();
+  grpc::Status cut;
+  std::thread call([&] {
+    PredictResponse resp;
+    cut = Call(MakeRequest(1, 1), &resp, absl::Seconds(30));
+  });
+  runner_.AwaitRunning(1);
+  std::thread stop([&] { server_->Shutdown(absl::Milliseconds(200)); });
+  call.join();
+  EXPECT_EQ(cut.error_code(), grpc::StatusCode::UNAVAILABLE) << cut.error_message();
+  runner_.OpenGate();
+  stop.join();  // the batcher has answered the task: its outcome is recorded
+  const std::string scrape = metrics_->Scrape();
+  EXPECT_THAT(Sample(scrape, PredictCount("UNAVAILABLE")), Optional(1.0));
+  EXPECT_THAT(Sample(scrape, PredictCount("OK")), Optional(0.0));
+}
+
 // Queued calls that expire while the model is busy take the queue-depth
 // gauge back to zero, with no later request to reset it.
 TEST_F(ClientViewTest, QueueDepthGaugeReturnsToZeroAfterQueuedCallsExpire) {
