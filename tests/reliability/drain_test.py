@@ -259,16 +259,16 @@ class SignalTest(unittest.TestCase):
         server, port, log = self.start(["--shutdown_timeout=60s"])
         self.await_ready(server, log)
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        watch = channel.unary_stream("/grpc.health.v1.Health/Watch")(b"")
+        watch = channel.unary_stream("/grpc.health.v1.Health/Watch")(b"", timeout=30)
         next(watch)  # SERVING: the stream is open on the server
         release = threading.Event()
 
         def reflection_requests():
             yield b"\x3a\x00"  # ServerReflectionRequest{list_services: ""}
-            release.wait(120)
+            release.wait(30)
         reflection = channel.stream_stream(
             "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")(
-                reflection_requests())
+                reflection_requests(), timeout=30)
         next(reflection)  # the list of services: the stream is open
         partial = open_partial_predict(port)
         try:
