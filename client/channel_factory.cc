@@ -84,7 +84,7 @@ std::string ServiceConfigJson(int max_attempts) {
       R"("name": [{"service": "metalserve.v1.Inference"}, {"service": "inference.GRPCInferenceService"}],)",
       R"("retryPolicy": {"maxAttempts": )", std::min(max_attempts, 5),
       R"(, "initialBackoff": "0.01s", "maxBackoff": "0.2s", "backoffMultiplier": 2,)",
-      R"( "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
+      R"( "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]}}]})");
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(

@@ -34,12 +34,15 @@ struct ChannelOptions {
   std::string tls_server_name;
   // Attempts per call (first try included) under gRPC's retry policy, which
   // retries a call refused with UNAVAILABLE (e.g. a server that went away)
-  // on another address. 1 = no retries. gRPC caps it at 5.
+  // on another address, and one ended CANCELLED by the server's gRPC (a
+  // request still arriving when a server starts to shut down; gRPC never
+  // retries a call the client cancelled itself). 1 = no retries. gRPC caps
+  // it at 5.
   int max_attempts = 1;
 };
 
 // The service config JSON: round_robin, plus a retry policy on UNAVAILABLE
-// when max_attempts > 1.
+// and CANCELLED when max_attempts > 1.
 std::string ServiceConfigJson(int max_attempts);
 
 // The gRPC target string for `targets` (see the file comment).

@@ -87,8 +87,9 @@ ABSL_FLAG(std::string, input_name, "",
 ABSL_FLAG(absl::Duration, deadline, absl::Seconds(30),
           "Per-request deadline; 0 for none. Default 30s.");
 ABSL_FLAG(int32_t, retries, 0,
-          "Retries per call on UNAVAILABLE (gRPC retry policy; a call may move "
-          "to another target). Default 0; at most 4.");
+          "Retries per call on UNAVAILABLE, and on CANCELLED from a server's "
+          "shutdown (gRPC retry policy; a call may move to another target). "
+          "Default 0; at most 4.");
 ABSL_FLAG(int32_t, connections, 1,
           "Independent channels (HTTP/2 connections per address). Default 1.");
 ABSL_FLAG(std::string, tls_ca, "", "PEM root certificates; enables TLS.");

@@ -1,5 +1,6 @@
 // metalserve: serves one TorchScript model over gRPC behind a dynamic batcher.
 // Only this file reads flags; modules take validated Options structs.
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "server/common/flags_help.h"
@@ -77,7 +79,8 @@ ABSL_FLAG(absl::Duration, monitor_log_interval, absl::Seconds(60),
           "How often the monitor logs p50/p95/mean latency and error rate; 0 = never");
 ABSL_FLAG(absl::Duration, drain_grace, absl::ZeroDuration(),
           "After SIGTERM: report NOT_SERVING but keep serving this long, so load "
-          "balancers notice, before refusing new requests");
+          "balancers notice, before refusing new requests; a second SIGTERM/SIGINT "
+          "skips the rest of it");
 ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
           "Longest wait for accepted requests to finish on shutdown");
 ABSL_FLAG(std::string, metrics_dump, "",
@@ -96,10 +99,16 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 
 namespace {
 
-volatile std::sig_atomic_t g_signal = 0;
-volatile std::sig_atomic_t g_dump = 0;
-void OnSignal(int sig) { g_signal = sig; }
+// Set by the handlers, read by the main thread's polling loops (every 20 ms).
+volatile std::sig_atomic_t g_signal = 0;        // last SIGTERM/SIGINT
+volatile std::sig_atomic_t g_signal_count = 0;  // how many so far
+volatile std::sig_atomic_t g_dump = 0;          // SIGUSR1 seen
+void OnSignal(int sig) {
+  g_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
 void OnDump(int) { g_dump = 1; }
+constexpr absl::Duration kSignalPoll = absl::Milliseconds(20);
 
 void DumpMetrics(const metalserve::Metrics& metrics, const std::string& path) {
   if (path.empty()) return;
@@ -129,6 +138,76 @@ std::vector<int64_t> ParseSizes(const std::vector<std::string>& items) {
   return out;
 }
 
+// Installed before anything slow (the model load), so that SIGTERM/SIGINT
+// always lead to a clean exit 0 and SIGUSR1 never kills the process.
+void InstallSignalHandlers() {
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGUSR1, OnDump);
+}
+
+// Loads the model on a helper thread while this one watches for signals. A
+// load cannot be interrupted: on SIGTERM/SIGINT the process writes the
+// metrics dump and exits 0 at once, leaving the load unfinished. A SIGUSR1
+// meanwhile is ignored (the server has nothing to report yet).
+std::unique_ptr<metalserve::Runner> LoadModelOrExit(
+    const metalserve::RuntimeOptions& ro, const metalserve::Metrics& metrics,
+    const std::string& dump_path) {
+  absl::StatusOr<std::unique_ptr<metalserve::Runner>> runner;
+  absl::Notification loaded;
+  std::thread loader([&] {
+    runner = metalserve::CreateTorchRunner(ro);
+    loaded.Notify();
+  });
+  while (!loaded.WaitForNotificationWithTimeout(kSignalPoll)) {
+    if (g_signal != 0) {
+      LOG(INFO) << "signal " << g_signal << " during the model load: exiting "
+                << "without serving";
+      DumpMetrics(metrics, dump_path);
+      google::FlushLogFiles(google::GLOG_INFO);
+      std::_Exit(0);  // the loader thread cannot be joined before it ends
+    }
+  }
+  loader.join();
+  if (g_dump != 0) {
+    g_dump = 0;
+    LOG(INFO) << "SIGUSR1 during the model load ignored";
+  }
+  if (!runner.ok()) {
+    LOG(ERROR) << "model: " << runner.status();
+    std::exit(1);
+  }
+  return *std::move(runner);
+}
+
+// Serves until SIGTERM/SIGINT, writing the metrics dump on each SIGUSR1.
+void ServeUntilSignal(const metalserve::Metrics& metrics, const std::string& dump_path) {
+  while (g_signal == 0) {
+    absl::SleepFor(kSignalPoll);
+    if (g_dump != 0) {
+      g_dump = 0;
+      DumpMetrics(metrics, dump_path);
+    }
+  }
+}
+
+// Keeps serving (health already NOT_SERVING) for `grace`, or until a second
+// SIGTERM/SIGINT, which skips the rest of it.
+void DrainGrace(absl::Duration grace) {
+  if (grace <= absl::ZeroDuration()) return;
+  LOG(INFO) << "drain grace " << absl::FormatDuration(grace)
+            << ": still serving (a second signal skips it)";
+  const int signals = g_signal_count;
+  const absl::Time end = absl::Now() + grace;
+  while (absl::Now() < end) {
+    if (g_signal_count != signals) {
+      LOG(INFO) << "second signal: skipping the rest of the drain grace";
+      return;
+    }
+    absl::SleepFor(std::min(kSignalPoll, end - absl::Now()));
+  }
+}
+
 template <typename T>
 T OrDie(absl::StatusOr<T> v, absl::string_view what) {
   if (!v.ok()) {
@@ -149,6 +228,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  InstallSignalHandlers();
+  const std::string dump_path = absl::GetFlag(FLAGS_metrics_dump);
   const std::string version = METALSERVE_VERSION;
 
   metalserve::MetricsOptions mo;
@@ -226,7 +307,7 @@ int main(int argc, char** argv) {
             << " address=" << so.address << " metrics_address=" << mo.listen_address
             << " access_log=" << absl::GetFlag(FLAGS_access_log);
 
-  auto runner = OrDie(metalserve::CreateTorchRunner(ro), "model");
+  auto runner = LoadModelOrExit(ro, *metrics, dump_path);
   const metalserve::ModelInfo& info = runner->info();
   metrics->SetModelTimes(info.load_time, info.warmup_time);
   metrics->SetBuildInfo(version, info.torch_version, info.device, info.name);
@@ -236,28 +317,14 @@ int main(int argc, char** argv) {
             << "), loaded in " << absl::FormatDuration(info.load_time)
             << ", warmed up in " << absl::FormatDuration(info.warmup_time);
 
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
   auto server = OrDie(metalserve::InferenceServer::Start(so, runner.get(), m), "server");
   LOG(INFO) << "ready: gRPC on " << so.address << ", metrics on "
             << (metrics->port() > 0 ? absl::StrCat("port ", metrics->port()) : "(off)");
 
-  const std::string dump_path = absl::GetFlag(FLAGS_metrics_dump);
-  std::signal(SIGUSR1, OnDump);
-  while (g_signal == 0) {
-    absl::SleepFor(absl::Milliseconds(20));
-    if (g_dump != 0) {
-      g_dump = 0;
-      DumpMetrics(*metrics, dump_path);
-    }
-  }
+  ServeUntilSignal(*metrics, dump_path);
   LOG(INFO) << "signal " << g_signal << ": health NOT_SERVING, draining";
   server->SetServing(false);
-  const absl::Duration grace = absl::GetFlag(FLAGS_drain_grace);
-  if (grace > absl::ZeroDuration()) {
-    LOG(INFO) << "drain grace " << absl::FormatDuration(grace) << ": still serving";
-    absl::SleepFor(grace);
-  }
+  DrainGrace(absl::GetFlag(FLAGS_drain_grace));
   server->Shutdown(absl::GetFlag(FLAGS_shutdown_timeout));
   DumpMetrics(*metrics, dump_path);
   LOG(INFO) << "exit";

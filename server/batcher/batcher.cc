@@ -23,13 +23,13 @@ void AbortAll(std::vector<std::unique_ptr<BatchTask>>& tasks,
 
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
     BatcherOptions options, Clock* clock, ProcessFn process, IdleFn on_idle,
-    absl::Duration idle_tick) {
+    absl::Duration idle_tick, DepthFn on_depth) {
   RETURN_IF_ERROR(options.Validate());
   if (!process) return absl::InvalidArgumentError("batch processor is empty");
   if (clock == nullptr) clock = Clock::RealClock();
   std::unique_ptr<Batcher> b(
       new Batcher(std::move(options), clock, std::move(process),
-                  std::move(on_idle), idle_tick));
+                  std::move(on_idle), idle_tick, std::move(on_depth)));
   const int n = b->options_.num_executors;
   for (int i = 0; i < n; ++i) {
     b->executors_.emplace_back([raw = b.get()] { raw->ExecutorLoop(); });
@@ -38,25 +38,35 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
 }
 
 Batcher::Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
-                 IdleFn on_idle, absl::Duration idle_tick)
+                 IdleFn on_idle, absl::Duration idle_tick, DepthFn on_depth)
     : options_(options),
       clock_(clock),
       process_(std::move(process)),
       on_idle_(std::move(on_idle)),
       idle_tick_(idle_tick),
+      on_depth_(std::move(on_depth)),
       queue_(std::move(options)) {}
 
 Batcher::~Batcher() { Shutdown(); }
 
 absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
-  absl::MutexLock l(&mu_);
-  if (stopping_) {
-    return absl::UnavailableError("server is shutting down; retry elsewhere");
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) {
+      return absl::UnavailableError("server is shutting down; retry elsewhere");
+    }
+    RETURN_IF_ERROR(queue_.Admit(task, clock_->TimeNow()));
+    queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
+    ++generation_;
   }
-  RETURN_IF_ERROR(queue_.Admit(task, clock_->TimeNow()));
-  queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
-  ++generation_;
+  ReportDepth();
   return absl::OkStatus();
+}
+
+void Batcher::ReportDepth() {
+  if (!on_depth_) return;
+  absl::MutexLock l(&depth_mu_);
+  on_depth_(queued_rows());
 }
 
 void Batcher::Shutdown() {
@@ -81,6 +91,7 @@ void Batcher::ExecutorLoop() {
         r.batch.has_value() || !r.expired.empty() || !r.cancelled.empty();
     if (have_work) {
       mu_.Unlock();
+      ReportDepth();  // every removal: batch, expiry, cancellation, drain
       AbortAll(r.expired,
                absl::DeadlineExceededError(
                    "deadline passed while the request waited in the queue; "

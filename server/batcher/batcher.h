@@ -51,10 +51,18 @@ class Batcher {
   // every `idle_tick` while it stays idle (the runtime's idle-time cache
   // hygiene hangs here). Never called with a lock held.
   using IdleFn = std::function<void()>;
+  // Told the rows waiting in the queue after every change: admission, batch
+  // formation, expiry, cancellation and drain (the queue-depth gauge hangs
+  // here, so it never keeps a value the queue left behind). Calls are
+  // serialised and the last one carries the current depth. Called without
+  // the queue's lock, from Submit's caller or an executor; must be quick and
+  // must not call back into the batcher.
+  using DepthFn = std::function<void(int64_t queued_rows)>;
 
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(
       BatcherOptions options, Clock* clock, ProcessFn process,
-      IdleFn on_idle = nullptr, absl::Duration idle_tick = absl::Seconds(1));
+      IdleFn on_idle = nullptr, absl::Duration idle_tick = absl::Seconds(1),
+      DepthFn on_depth = nullptr);
   ~Batcher();
 
   Batcher(const Batcher&) = delete;
@@ -74,14 +82,20 @@ class Batcher {
 
  private:
   Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
-          IdleFn on_idle, absl::Duration idle_tick);
+          IdleFn on_idle, absl::Duration idle_tick, DepthFn on_depth);
   void ExecutorLoop();
+  // Tells on_depth_ the current depth. Call without mu_ held.
+  void ReportDepth() ABSL_LOCKS_EXCLUDED(mu_, depth_mu_);
 
   const BatcherOptions options_;  // queue_ holds the same; this needs no lock
   Clock* const clock_;
   const ProcessFn process_;
   const IdleFn on_idle_;
   const absl::Duration idle_tick_;
+  const DepthFn on_depth_;
+  // Serialises on_depth_ calls, each of which reads queued_rows_ under it:
+  // whichever call comes last reports the latest depth.
+  absl::Mutex depth_mu_;
 
   absl::Mutex mu_;
   BatchQueue queue_ ABSL_GUARDED_BY(mu_);

@@ -28,9 +28,10 @@ class PredictTask final : public RpcInferTask {
   PredictTask(grpc::CallbackServerContext* context,
               grpc::ServerUnaryReactor* reactor, PredictResponse* response,
               std::vector<InputView> inputs, const Runner* runner,
-              Metrics* metrics, Clock* clock, absl::Time start)
+              Metrics* metrics, Clock* clock, absl::Time start,
+              const std::atomic<bool>* cut_off)
       : RpcInferTask(context, reactor, std::move(inputs), kPredict, metrics,
-                     clock, start),
+                     clock, start, cut_off),
         response_(response),
         runner_(runner) {}
 
@@ -102,11 +103,11 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   if (!inputs.ok()) return fail(inputs.status());
 
   auto predict = std::make_unique<PredictTask>(
-      context, reactor, response, *std::move(inputs), runner_, metrics_, clock_, start);
+      context, reactor, response, *std::move(inputs), runner_, metrics_, clock_, start,
+      &cut_off_);
   predict->set_access_log(access_log_, &info);
   std::unique_ptr<BatchTask> task = std::move(predict);
   absl::Status admitted = batcher_->Submit(&task);
-  if (metrics_ != nullptr) metrics_->SetQueueDepth(batcher_->queued_rows());
   if (!admitted.ok()) return fail(admitted);
   return reactor;
 }

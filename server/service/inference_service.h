@@ -14,6 +14,7 @@
 #ifndef METALSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 #define METALSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 
+#include <atomic>
 #include <string>
 
 #include "metalserve/v1/inference.grpc.pb.h"
@@ -37,6 +38,10 @@ class InferenceService final : public metalserve::v1::Inference::CallbackService
       const metalserve::v1::PredictRequest* request,
       metalserve::v1::PredictResponse* response) override;
 
+  // Called by the server's shutdown just before gRPC cancels the calls
+  // still open: they are counted as their clients see them (UNAVAILABLE).
+  void MarkCutOff() { cut_off_.store(true); }
+
   grpc::ServerUnaryReactor* GetModelMetadata(
       grpc::CallbackServerContext* context,
       const metalserve::v1::GetModelMetadataRequest* request,
@@ -49,6 +54,7 @@ class InferenceService final : public metalserve::v1::Inference::CallbackService
   Clock* const clock_;
   const std::string server_version_;
   AccessLog* const access_log_;
+  std::atomic<bool> cut_off_{false};
 };
 
 }  // namespace metalserve

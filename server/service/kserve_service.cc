@@ -101,7 +101,8 @@ int CountSetFields(const InferTensorContents& c, std::string* which) {
 // Typed contents of input `i` as little-endian bytes of `dtype`.
 absl::Status ContentsToBytes(const ModelInferRequest::InferInputTensor& in,
                              DType dtype, int i, std::string* out) {
-  const std::string f = absl::StrCat("inputs[", i, "] ('", in.name(), "').contents");
+  const std::string f =
+      absl::StrCat("inputs[", i, "] ('", ClientText(in.name()), "').contents");
   const InferTensorContents& c = in.contents();
   std::string which;
   const int set = CountSetFields(c, &which);
@@ -118,14 +119,15 @@ absl::Status ContentsToBytes(const ModelInferRequest::InferInputTensor& in,
     case DType::kFloat16:
     case DType::kBFloat16:
       return absl::InvalidArgumentError(absl::StrCat(
-          "inputs[", i, "] ('", in.name(), "').datatype ", in.datatype(),
+          "inputs[", i, "] ('", ClientText(in.name()), "').datatype ",
+          ClientText(in.datatype()),
           " has no typed contents field; send it in raw_input_contents"));
     case DType::kInvalid:
       break;
   }
   if (set > 1 || (set == 1 && which != want)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f, ".", which, " is set; datatype ", in.datatype(), " takes ", want,
+        f, ".", which, " is set; datatype ", ClientText(in.datatype()), " takes ", want,
         set > 1 ? " only (several contents fields are set)" : ""));
   }
   return s;
@@ -153,7 +155,8 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
     in.dtype_label = t.datatype();
     if (in.dtype == DType::kInvalid) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "inputs[", i, "] ('", t.name(), "').datatype '", t.datatype(),
+          "inputs[", i, "] ('", ClientText(t.name()), "').datatype '",
+          ClientText(t.datatype()),
           "' is not supported; use one of ", Datatypes()));
     }
     in.shape.assign(t.shape().begin(), t.shape().end());
@@ -161,7 +164,7 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
       std::string which;
       if (t.has_contents() && CountSetFields(t.contents(), &which) > 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "inputs[", i, "] ('", t.name(), "').contents.", which,
+            "inputs[", i, "] ('", ClientText(t.name()), "').contents.", which,
             " is set together with raw_input_contents; use one or the other"));
       }
       in.data = request.raw_input_contents(i);
@@ -191,7 +194,8 @@ absl::StatusOr<std::vector<size_t>> SelectOutputs(const ModelInferRequest& reque
     while (s < specs.size() && specs[s].name != name) ++s;
     if (s == specs.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "outputs[", i, "].name '", name, "' is not an output of the model; expected ",
+          "outputs[", i, "].name '", ClientText(name),
+          "' is not an output of the model; expected ",
           absl::StrJoin(specs, ", ", [](std::string* o, const TensorSpec& t) {
             absl::StrAppend(o, "'", t.name, "'");
           })));
@@ -199,7 +203,7 @@ absl::StatusOr<std::vector<size_t>> SelectOutputs(const ModelInferRequest& reque
     for (size_t p : picked) {
       if (p == s) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "outputs[", i, "].name '", name, "' appears more than once"));
+            "outputs[", i, "].name '", ClientText(name), "' appears more than once"));
       }
     }
     picked.push_back(s);
@@ -221,9 +225,10 @@ class KServeTask final : public RpcInferTask {
              const ModelInferRequest* request, ModelInferResponse* response,
              std::vector<std::string> storage, std::vector<InputView> inputs,
              std::vector<size_t> outputs, const Runner* runner, Metrics* metrics,
-             KServeStatistics* stats, Clock* clock, absl::Time start)
+             KServeStatistics* stats, Clock* clock, absl::Time start,
+             const std::atomic<bool>* cut_off)
       : RpcInferTask(context, reactor, std::move(inputs), kModelInfer, metrics,
-                     clock, start),
+                     clock, start, cut_off),
         request_(request),
         response_(response),
         storage_(std::move(storage)),
@@ -329,7 +334,7 @@ absl::Status KServeService::CheckModel(absl::string_view name_field,
   RETURN_IF_ERROR(CheckModelName(name_field, name, info));
   if (!version.empty() && version != info.version) {
     return absl::NotFoundError(absl::StrCat(
-        "version '", version, "' of model '", info.name,
+        "version '", ClientText(version), "' of model '", info.name,
         "' is not served here; this server serves version '", info.version, "'"));
   }
   return absl::OkStatus();
@@ -497,11 +502,10 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
 
   auto infer = std::make_unique<KServeTask>(
       context, reactor, request, response, std::move(storage), *std::move(inputs),
-      *std::move(outputs), runner_, metrics_, &stats_, clock_, start);
+      *std::move(outputs), runner_, metrics_, &stats_, clock_, start, &cut_off_);
   infer->set_access_log(access_log_, &info);
   std::unique_ptr<BatchTask> task = std::move(infer);
   absl::Status admitted = batcher_->Submit(&task);
-  if (metrics_ != nullptr) metrics_->SetQueueDepth(batcher_->queued_rows());
   if (!admitted.ok()) return fail(admitted);
   return reactor;
 }

@@ -81,6 +81,8 @@ class KServeService final
 
   void SetReady(bool ready) { ready_.store(ready); }
   bool ready() const { return ready_.load(); }
+  // See InferenceService::MarkCutOff.
+  void MarkCutOff() { cut_off_.store(true); }
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -132,6 +134,7 @@ class KServeService final
   const std::string server_version_;
   AccessLog* const access_log_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> cut_off_{false};
   KServeStatistics stats_;
 };
 

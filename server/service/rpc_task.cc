@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "server/batcher/batch_queue.h"
 #include "server/service/access_log.h"
 
 namespace metalserve {
@@ -33,10 +34,40 @@ void LogAccess(AccessLog& log, const grpc::CallbackServerContext& context,
            .total = total});
 }
 
+absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
+                                  bool cut_off, absl::Time deadline,
+                                  absl::Time now) {
+  if (deadline <= now ||
+      (cancelled && deadline - now <= BatchQueue::kDeadlineSkew)) {
+    return absl::StatusCode::kDeadlineExceeded;
+  }
+  if (!cancelled) return sent;
+  return cut_off ? absl::StatusCode::kUnavailable : absl::StatusCode::kCancelled;
+}
+
+void RpcInferTask::Complete(const absl::Status& status, const RunStats& run) {
+  const absl::Time now = clock_->TimeNow();
+  const bool cut_off = cut_off_ != nullptr && cut_off_->load();
+  const absl::StatusCode seen = CodeSeenByClient(
+      status.code(), context_->IsCancelled(), cut_off, deadline_, now);
+  const absl::Status outcome =
+      seen == status.code()
+          ? status
+          : absl::Status(seen, "the client gave up on the call before its answer");
+  OnComplete(outcome, run, now, now - start_);
+  if (metrics_ != nullptr) metrics_->RequestFinished(method_, seen, now - start_);
+  if (access_log_ != nullptr) {
+    LogAccess(*access_log_, *context_, method_, *model_, rows(), seen, run, now,
+              now - start_);
+  }
+  // DefaultReactor() must not be called twice: it re-creates the reactor.
+  reactor_->Finish(ToGrpcStatus(status));
+}
+
 absl::Status CheckModelName(absl::string_view field, absl::string_view name,
                             const ModelInfo& served) {
   if (name.empty() || name == served.name) return absl::OkStatus();
-  return absl::NotFoundError(absl::StrCat(field, " '", name,
+  return absl::NotFoundError(absl::StrCat(field, " '", ClientText(name),
                                           "' is not served here; this server serves '",
                                           served.name, "'"));
 }

@@ -10,6 +10,7 @@
 #ifndef METALSERVE_SERVER_SERVICE_RPC_TASK_H_
 #define METALSERVE_SERVER_SERVICE_RPC_TASK_H_
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,19 @@ void LogAccess(AccessLog& log, const grpc::CallbackServerContext& context,
 // Deadline of a server call as absl::Time (InfiniteFuture when none).
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 
+// The code the client of a call saw, given the status the server is about to
+// send: the server's own when the call is still open; DEADLINE_EXCEEDED when
+// its deadline has passed (or it was cancelled within
+// BatchQueue::kDeadlineSkew of it: the client gives up at its own deadline,
+// just before the server's); UNAVAILABLE when it was cancelled after the
+// server's own shutdown cut open calls off (`cut_off`: gRPC ends them with
+// UNAVAILABLE "Cancelling all calls"); CANCELLED when the client cancelled
+// it. Metrics record this code, so that requests_total{code="OK"} counts
+// only answers a client could receive.
+absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
+                                  bool cut_off, absl::Time deadline,
+                                  absl::Time now);
+
 // OK when `name` is empty or the served model's; otherwise NOT_FOUND naming
 // `field` and both names.
 absl::Status CheckModelName(absl::string_view field, absl::string_view name,
@@ -43,10 +57,12 @@ absl::Status CheckModelName(absl::string_view field, absl::string_view name,
 class RpcInferTask : public InferTask {
  public:
   // `method` must outlive the task (a literal); `metrics` may be null.
+  // `cut_off` (may be null; must outlive the task) turns true when the
+  // server's shutdown cuts open calls off.
   RpcInferTask(grpc::CallbackServerContext* context,
                grpc::ServerUnaryReactor* reactor, std::vector<InputView> inputs,
                absl::string_view method, Metrics* metrics, Clock* clock,
-               absl::Time start)
+               absl::Time start, const std::atomic<bool>* cut_off)
       : context_(context),
         reactor_(reactor),
         inputs_(std::move(inputs)),
@@ -55,7 +71,8 @@ class RpcInferTask : public InferTask {
         method_(method),
         metrics_(metrics),
         clock_(clock),
-        start_(start) {}
+        start_(start),
+        cut_off_(cut_off) {}
 
   int64_t rows() const override { return inputs_.front().shape[0]; }
   absl::string_view batch_key() const override { return key_; }
@@ -72,19 +89,11 @@ class RpcInferTask : public InferTask {
   }
 
  protected:
-  // Records the outcome, lets the subclass add to it, and finishes the call.
-  // The last touch of this task's call: the reactor may be freed after it.
-  void Complete(const absl::Status& status, const RunStats& run) {
-    const absl::Time now = clock_->TimeNow();
-    OnComplete(status, run, now, now - start_);
-    if (metrics_ != nullptr) metrics_->RequestFinished(method_, status.code(), now - start_);
-    if (access_log_ != nullptr) {
-      LogAccess(*access_log_, *context_, method_, *model_, rows(), status.code(), run,
-                now, now - start_);
-    }
-    // DefaultReactor() must not be called twice: it re-creates the reactor.
-    reactor_->Finish(ToGrpcStatus(status));
-  }
+  // Records the outcome as the client saw it (see CodeSeenByClient), lets
+  // the subclass add to it, and finishes the call. The last touch of this
+  // task's call: the reactor may be freed after it.
+  void Complete(const absl::Status& status, const RunStats& run);
+  // `status` is the outcome as the client saw it.
   virtual void OnComplete(const absl::Status& /*status*/, const RunStats& /*run*/,
                           absl::Time /*now*/, absl::Duration /*latency*/) {}
 
@@ -100,6 +109,7 @@ class RpcInferTask : public InferTask {
   const absl::Time start_;
   AccessLog* access_log_ = nullptr;
   const ModelInfo* model_ = nullptr;
+  const std::atomic<bool>* const cut_off_;
 };
 
 }  // namespace metalserve

@@ -7,9 +7,11 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/common/status_macros.h"
+#include "server/service/accepted_calls.h"
 #include "server/service/batch_executor.h"
 #include "server/service/inference_service.h"
 #include "server/service/kserve_service.h"
@@ -56,6 +58,16 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   return grpc::SslServerCredentials(ssl);
 }
 
+// Installs the AcceptedCalls interceptor on `builder`; returns its counter.
+std::shared_ptr<AcceptedCalls::State> CountAcceptedCalls(grpc::ServerBuilder* builder) {
+  auto accepted = std::make_unique<AcceptedCalls>();
+  std::shared_ptr<AcceptedCalls::State> state = accepted->state();
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> v;
+  v.push_back(std::move(accepted));
+  builder->experimental().SetInterceptorCreators(std::move(v));
+  return state;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
@@ -72,12 +84,10 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   s->executor_ = std::make_unique<BatchExecutor>(
       runner, options.batching, options.device_concurrency, metrics, clock);
   BatchExecutor* executor = s->executor_.get();
-  // The queue depth gauge follows the queue as batches are taken, not only
-  // as requests arrive. Only the processor reads batcher_: it runs after a
-  // request was submitted, so after batcher_ is set (on_idle may run before).
-  InferenceServer* self = s.get();
-  auto update_depth = [self, metrics] {
-    if (metrics != nullptr) metrics->SetQueueDepth(self->batcher_->queued_rows());
+  // The queue depth gauge follows every change of the queue: arrivals,
+  // batches, expiries, cancellations and the drain.
+  auto on_depth = [metrics](int64_t rows) {
+    if (metrics != nullptr) metrics->SetQueueDepth(rows);
   };
   auto on_idle = [runner, metrics] {
     runner->BetweenBatches(/*idle=*/true);
@@ -90,11 +100,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   ASSIGN_OR_RETURN(
       s->batcher_,
       Batcher::Create(options.batching, clock,
-                      [executor, update_depth](Batch b) {
-                        update_depth();
-                        executor->Process(std::move(b));
-                      },
-                      on_idle));
+                      [executor](Batch b) { executor->Process(std::move(b)); },
+                      on_idle, absl::Seconds(1), on_depth));
   s->service_ = std::make_unique<InferenceService>(
       runner, s->batcher_.get(), metrics, clock, options.version, options.access_log);
   s->kserve_ = std::make_unique<KServeService>(
@@ -108,6 +115,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   builder.RegisterService(s->kserve_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  s->accepted_ = CountAcceptedCalls(&builder);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     s->batcher_->Shutdown();
@@ -144,14 +152,41 @@ void InferenceServer::Shutdown(absl::Duration timeout) {
     shut_down_ = true;
   }
   SetServing(false);
-  if (server_ != nullptr) {
-    // Stops accepting; waits for accepted RPCs, which the batcher (still
-    // running) completes; cancels what remains after the timeout.
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + timeout));
-  }
+  if (server_ != nullptr) StopGrpc(absl::Now() + timeout);
   if (batcher_ != nullptr) batcher_->Shutdown();
   if (server_ != nullptr) server_->Wait();
   LOG(INFO) << "server stopped";
+}
+
+// gRPC's Server::Shutdown waits for every open call, streams included, until
+// its deadline. So: stop accepting first (the core call that Server::Shutdown
+// also makes; a second one is allowed), let the batcher (still running)
+// answer every accepted unary call, then cancel what is left: only streams
+// (health Watch, reflection) and requests whose message had not fully
+// arrived, which gRPC 1.51 would end CANCELLED anyway once it does. At
+// `deadline` Server::Shutdown cancels whatever still runs.
+void InferenceServer::StopGrpc(absl::Time deadline) {
+  // A core queue: grpc::CompletionQueue would take the tag for its own type.
+  grpc_completion_queue* stopped = grpc_completion_queue_create_for_next(nullptr);
+  grpc_server_shutdown_and_notify(server_->c_server(), stopped, nullptr);
+  if (accepted_->AwaitNoneOpen(deadline)) {
+    LOG(INFO) << "shutdown: every accepted call answered; ending open streams "
+                 "and requests still arriving";
+    grpc_server_cancel_all_calls(server_->c_server());
+  } else {
+    LOG(WARNING) << "shutdown: " << accepted_->open()
+                 << " accepted call(s) still open at the shutdown timeout; "
+                    "gRPC cancels them (clients see UNAVAILABLE)";
+    service_->MarkCutOff();
+    kserve_->MarkCutOff();
+  }
+  server_->Shutdown(absl::ToChronoTime(deadline));
+  // Server::Shutdown has returned, so the shutdown (and our event) is done.
+  grpc_completion_queue_shutdown(stopped);
+  while (grpc_completion_queue_next(stopped, gpr_inf_future(GPR_CLOCK_REALTIME), nullptr)
+             .type != GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(stopped);
 }
 
 }  // namespace metalserve

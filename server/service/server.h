@@ -5,7 +5,10 @@
 // Lifecycle: Start() binds, builds the batcher and reports SERVING once the
 // runner (already warmed up by its factory) is ready. Shutdown(): health
 // NOT_SERVING, stop accepting, answer every accepted request (the batcher
-// drains through the model), then return. The destructor calls Shutdown().
+// drains through the model), then end what is still open (streams such as
+// health Watch and reflection, requests whose message is still arriving) and
+// return; only an accepted request still running at the timeout is cut off.
+// The destructor calls Shutdown().
 //
 // Thread-safety: Shutdown() and SetServing() may be called from any thread.
 // Does not own the runner or the metrics.
@@ -22,6 +25,7 @@
 #include "server/common/clock.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
+#include "server/service/accepted_calls.h"
 
 namespace grpc {
 class Server;
@@ -69,16 +73,20 @@ class InferenceServer {
   // ServerReady/ModelReady answers.
   void SetServing(bool serving);
   // Graceful stop; requests still running after `timeout` are cancelled.
+  // Returns as soon as every accepted request is answered, whatever streams
+  // are open.
   void Shutdown(absl::Duration timeout = absl::Seconds(30));
 
  private:
   InferenceServer() = default;
+  void StopGrpc(absl::Time deadline);
 
   Metrics* metrics_ = nullptr;
   std::unique_ptr<BatchExecutor> executor_;
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<KServeService> kserve_;  // inference.GRPCInferenceService
+  std::shared_ptr<AcceptedCalls::State> accepted_;  // unary calls in handlers
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Mutex mu_;

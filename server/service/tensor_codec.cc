@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/status_macros.h"
+#include "server/service/status_util.h"
 
 namespace metalserve {
 
@@ -71,7 +72,7 @@ absl::Status CheckOne(const RawInput& in, const TensorSpec& spec,
                       const std::string& f) {
   if (in.dtype != spec.dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f, ".dtype is ", in.dtype == DType::kInvalid ? in.dtype_label
+        f, ".dtype is ", in.dtype == DType::kInvalid ? ClientText(in.dtype_label)
                                                       : std::string(DTypeName(in.dtype)),
         "; the model expects ", DTypeName(spec.dtype)));
   }
@@ -122,7 +123,7 @@ absl::StatusOr<std::vector<InputView>> ValidateInputs(
   std::string rows_from;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const RawInput& in = inputs[i];
-    const std::string f = absl::StrCat(field, "[", i, "] ('", in.name, "')");
+    const std::string f = absl::StrCat(field, "[", i, "] ('", ClientText(in.name), "')");
     size_t s = 0;
     while (s < specs.size() && specs[s].name != in.name) ++s;
     if (s == specs.size()) {
@@ -131,13 +132,13 @@ absl::StatusOr<std::vector<InputView>> ValidateInputs(
         s = 0;
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
-            field, "[", i, "].name '", in.name,
+            field, "[", i, "].name '", ClientText(in.name),
             "' is not an input of the model; expected ", SpecList(specs)));
       }
     }
     if (seen[s]) {
       return absl::InvalidArgumentError(absl::StrCat(
-          field, "[", i, "].name '", in.name, "' appears more than once"));
+          field, "[", i, "].name '", ClientText(in.name), "' appears more than once"));
     }
     seen[s] = true;
     RETURN_IF_ERROR(CheckOne(in, specs[s], f));

@@ -135,6 +135,78 @@ TEST(BatcherTest, DropsCancelledRequestBeforeItRuns) {
   EXPECT_THAT(proc.rows(), ::testing::ElementsAre(1));
 }
 
+// Records the depths the batcher reports.
+class DepthRecorder {
+ public:
+  Batcher::DepthFn Fn() {
+    return [this](int64_t rows) {
+      absl::MutexLock l(&mu_);
+      depths_.push_back(rows);
+    };
+  }
+  std::vector<int64_t> depths() {
+    absl::MutexLock l(&mu_);
+    return depths_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int64_t> depths_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(BatcherTest, DepthReturnsToZeroWhenQueuedTasksExpire) {
+  SimulatedClock clock;
+  RecordingProcessor proc;
+  DepthRecorder depth;
+  auto batcher = *Batcher::Create(Opts(8, absl::Hours(1)), &clock, proc.Fn(),
+                                  nullptr, absl::Seconds(1), depth.Fn());
+  std::vector<std::shared_ptr<TaskOutcome>> outcomes;
+  for (int i = 0; i < 3; ++i) {
+    outcomes.push_back(std::make_shared<TaskOutcome>());
+    auto t = MakeTask(2, "k", clock.TimeNow() + absl::Milliseconds(5), outcomes.back());
+    ASSERT_THAT(batcher->Submit(&t), IsOk());
+  }
+  EXPECT_THAT(depth.depths(), ::testing::ElementsAre(2, 4, 6));
+  clock.BlockUntilWaiters(1);
+  clock.AdvanceTime(absl::Milliseconds(5));
+  for (auto& o : outcomes) o->answered.WaitForNotification();
+  // The executor reports before it aborts the tasks.
+  EXPECT_EQ(depth.depths().back(), 0);
+  EXPECT_EQ(proc.batches(), 0);
+  for (auto& o : outcomes) {
+    EXPECT_THAT(o->abort_status, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  }
+}
+
+TEST(BatcherTest, DepthReturnsToZeroWhenQueuedTasksAreCancelled) {
+  SimulatedClock clock;
+  RecordingProcessor proc;
+  DepthRecorder depth;
+  auto batcher = *Batcher::Create(Opts(8, absl::Hours(1)), &clock, proc.Fn(),
+                                  nullptr, absl::Seconds(1), depth.Fn());
+  auto outcome = std::make_shared<TaskOutcome>();
+  auto t = MakeTask(3, "k", absl::InfiniteFuture(), outcome);
+  ASSERT_THAT(batcher->Submit(&t), IsOk());
+  outcome->cancelled = true;
+  clock.BlockUntilWaiters(1);
+  clock.AdvanceTime(absl::Hours(1));  // the next poll finds it cancelled
+  outcome->answered.WaitForNotification();
+  EXPECT_THAT(outcome->abort_status, StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(depth.depths(), ::testing::ElementsAre(3, 0));
+}
+
+TEST(BatcherTest, DepthReturnsToZeroWhenShutdownDrainsTheQueue) {
+  SimulatedClock clock;
+  RecordingProcessor proc;
+  DepthRecorder depth;
+  auto batcher = *Batcher::Create(Opts(8, absl::Hours(1)), &clock, proc.Fn(),
+                                  nullptr, absl::Seconds(1), depth.Fn());
+  auto t = MakeTask(5);
+  ASSERT_THAT(batcher->Submit(&t), IsOk());
+  batcher->Shutdown();
+  EXPECT_THAT(depth.depths(), ::testing::ElementsAre(5, 0));
+}
+
 TEST(BatcherTest, ShutdownDrainsAcceptedTasksAndRefusesNewOnes) {
   SimulatedClock clock;
   RecordingProcessor proc;

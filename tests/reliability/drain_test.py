@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Graceful drain under load, against the real server process.
+"""Graceful drain under load, and signals at awkward moments, against the
+real server process.
 
 metalserve serves tiny_cnn on a free 127.0.0.1 port with --drain_grace=1s;
 metalserve-bench sends a fixed number of requests at a fixed rate (open
@@ -14,6 +15,16 @@ loop); SIGTERM arrives mid-run. Checks:
     gRPC's own: a call caught in the transport as Server::Shutdown starts
     ends CANCELLED (grpc/grpc#41785); a few are tolerated, see below.
 
+Further cases, each bounded far below the timeout it would take without
+the behaviour it checks:
+
+  * open streams (a health Watch, a reflection stream) and a Predict whose
+    body never completes do not hold shutdown for --shutdown_timeout;
+  * a second SIGTERM during a long --drain_grace skips the rest of it;
+  * SIGTERM while the model is loading exits 0, and SIGUSR1 then does not
+    kill the server (the model file is a FIFO nobody writes, so the load
+    blocks for as long as the test needs).
+
 Needs /usr/bin/python3 with grpcio and grpc_tools (Debian: python3-grpcio,
 python3-grpc-tools). Everything it starts is stopped; time is bounded.
 """
@@ -22,15 +33,18 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, tail  # noqa: E402
+from proc_util import Process, free_port, tail, wait_for  # noqa: E402
 
 ARGS = None
 REQUESTS = 6000
@@ -160,6 +174,154 @@ class DrainTest(unittest.TestCase):
         self.assertEqual(run["ok"] + unavailable + cancelled, REQUESTS, text)
         self.assertGreater(run["ok"], 0)
         self.assertGreater(unavailable, 0, "SIGTERM did not land mid-run")
+
+
+def log_has(path, text):
+    try:
+        with open(path, errors="replace") as f:
+            return text in f.read()
+    except OSError:
+        return False
+
+
+def h2_frame(kind, flags, stream, payload):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + \
+        struct.pack(">I", stream) + payload
+
+
+def hpack_literal(name, value):
+    """A header field as an HPACK literal without indexing, new name, no
+    Huffman coding (names and values under 127 bytes)."""
+    n, v = name.encode(), value.encode()
+    return b"\x00" + bytes([len(n)]) + n + bytes([len(v)]) + v
+
+
+def open_partial_predict(port):
+    """A raw HTTP/2 connection with one Predict whose gRPC message announces
+    100 bytes and carries 97; the stream stays open. Returns the socket."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b""))
+    # Acknowledge the server's SETTINGS (its first frame).
+    header = b""
+    while len(header) < 9:
+        header += sock.recv(9 - len(header))
+    length, kind, flags = int.from_bytes(header[:3], "big"), header[3], header[4]
+    body = b""
+    while len(body) < length:
+        body += sock.recv(length - len(body))
+    assert kind == 4 and not flags & 1, "expected the server's SETTINGS first"
+    sock.sendall(h2_frame(4, 1, 0, b""))
+    headers = b"".join(hpack_literal(n, v) for n, v in (
+        (":method", "POST"), (":scheme", "http"),
+        (":path", "/metalserve.v1.Inference/Predict"),
+        (":authority", f"127.0.0.1:{port}"), ("content-type", "application/grpc"),
+        ("te", "trailers")))
+    sock.sendall(h2_frame(1, 0x4, 1, headers))  # END_HEADERS, not END_STREAM
+    sock.sendall(h2_frame(0, 0, 1, b"\x00" + struct.pack(">I", 100) + bytes(97)))
+    return sock
+
+
+class SignalTest(unittest.TestCase):
+    """Shutdown with open streams, repeated signals, signals during load."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="metalserve_signal_")
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            p.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self, extra, model=None):
+        port = free_port()
+        log = os.path.join(self.tmp, "server.log")
+        p = Process([ARGS.server, f"--model={model or ARGS.model}",
+                     f"--address=127.0.0.1:{port}", "--metrics_address=",
+                     "--threads=1", "--monitor_log_interval=0"] + extra, log)
+        self.procs.append(p)
+        return p, port, log
+
+    def await_ready(self, server, log):
+        wait_for("server ready", lambda: self.assertTrue(server.alive(), tail(log))
+                 or log_has(log, "ready: gRPC"), time.monotonic() + 60)
+
+    def wait_exit(self, server, log, within_s, what):
+        t0 = time.monotonic()
+        try:
+            rc = server.wait(timeout=within_s)
+        except subprocess.TimeoutExpired:
+            self.fail(f"{what}: server still running after {within_s} s:\n" + tail(log))
+        return rc, time.monotonic() - t0
+
+    def test_open_streams_and_partial_request_do_not_hold_shutdown(self):
+        import grpc
+        server, port, log = self.start(["--shutdown_timeout=60s"])
+        self.await_ready(server, log)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        watch = channel.unary_stream("/grpc.health.v1.Health/Watch")(b"", timeout=30)
+        next(watch)  # SERVING: the stream is open on the server
+        release = threading.Event()
+
+        def reflection_requests():
+            yield b"\x3a\x00"  # ServerReflectionRequest{list_services: ""}
+            release.wait(30)
+        reflection = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")(
+                reflection_requests(), timeout=30)
+        next(reflection)  # the list of services: the stream is open
+        partial = open_partial_predict(port)
+        try:
+            server.send_signal(signal.SIGTERM)
+            # Without ending them, these streams would hold shutdown 60 s.
+            rc, took = self.wait_exit(server, log, 10, "open streams")
+        finally:
+            release.set()
+            partial.close()
+            channel.close()
+        print(f"open streams: exited {rc} {took:.2f} s after SIGTERM")
+        self.assertEqual(rc, 0, tail(log))
+        self.assertLess(took, 10)
+
+    def test_second_sigterm_skips_the_drain_grace(self):
+        server, _, log = self.start(["--drain_grace=60s", "--shutdown_timeout=10s"])
+        self.await_ready(server, log)
+        server.send_signal(signal.SIGTERM)
+        wait_for("drain grace", lambda: log_has(log, "drain grace"),
+                 time.monotonic() + 10)
+        server.send_signal(signal.SIGTERM)
+        rc, took = self.wait_exit(server, log, 10, "second SIGTERM")
+        print(f"second SIGTERM: exited {rc} {took:.2f} s after it")
+        self.assertEqual(rc, 0, tail(log))
+        self.assertTrue(log_has(log, "second signal"), tail(log))
+
+    def loading_server(self):
+        """A server blocked loading a model file that is a FIFO."""
+        model = os.path.join(self.tmp, "blocked.pt")
+        os.mkfifo(model)
+        shutil.copy(os.path.splitext(ARGS.model)[0] + ".json",
+                    os.path.join(self.tmp, "blocked.json"))
+        server, _, log = self.start([], model=model)
+        # Logged after the signal handlers are installed, before the load.
+        wait_for("start of the model load", lambda: log_has(log, "starting:"),
+                 time.monotonic() + 30)
+        return server, log
+
+    def test_sigterm_during_model_load_exits_zero(self):
+        server, log = self.loading_server()
+        server.send_signal(signal.SIGTERM)
+        rc, _ = self.wait_exit(server, log, 10, "SIGTERM during load")
+        self.assertEqual(rc, 0, tail(log))
+        self.assertTrue(log_has(log, "during the model load"), tail(log))
+
+    def test_sigusr1_during_model_load_does_not_kill(self):
+        server, log = self.loading_server()
+        server.send_signal(signal.SIGUSR1)
+        # Pending signals are delivered lowest number first: SIGUSR1 (10) is
+        # handled before this SIGTERM (15), whose exit status then tells.
+        server.send_signal(signal.SIGTERM)
+        rc, _ = self.wait_exit(server, log, 10, "SIGUSR1 then SIGTERM during load")
+        self.assertEqual(rc, 0, "SIGUSR1 killed the loading server:\n" + tail(log))
 
 
 if __name__ == "__main__":
