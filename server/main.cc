@@ -148,8 +148,8 @@ int main(int argc, char** argv) {
   so.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
   so.tls_key_path = absl::GetFlag(FLAGS_tls_key);
   so.tls_client_ca_path = absl::GetFlag(FLAGS_tls_client_ca);
-  if (absl::Status s = so.batching.Validate(); !s.ok()) {
-    LOG(ERROR) << "batching flags: " << s;
+  if (absl::Status s = so.Validate(); !s.ok()) {
+    LOG(ERROR) << "flags: " << s;
     return 2;
   }
 

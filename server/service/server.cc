@@ -62,10 +62,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     const ServerOptions& options, Runner* runner, Metrics* metrics,
     Clock* clock) {
   if (clock == nullptr) clock = Clock::RealClock();
-  if (options.max_message_bytes <= 0 || options.max_message_bytes > INT32_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_message_bytes must be in [1, 2147483647], got ", options.max_message_bytes));
-  }
+  RETURN_IF_ERROR(options.Validate());
   ASSIGN_OR_RETURN(auto creds, Credentials(options));
   std::unique_ptr<InferenceServer> s(new InferenceServer());
   s->metrics_ = metrics;
@@ -108,12 +105,16 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   builder.RegisterService(s->kserve_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  // The port is ours alone: with gRPC's default SO_REUSEPORT a second server
+  // on the same port starts silently and connections split between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     s->batcher_->Shutdown();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on '", options.address,
-                     "' (address in use, or not a valid host:port)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", options.address,
+        "': the port is in use (another server on it?) or the host is not an "
+        "address of this machine"));
   }
   s->SetServing(true);
   LOG(INFO) << "serving " << runner->info().name << " on " << options.address

@@ -35,7 +35,9 @@ class InferenceService;
 class KServeService;
 
 struct ServerOptions {
-  // host:port to listen on; port 0 picks a free one (see port()).
+  // host:port to listen on (IPv6 hosts in brackets, "[::1]:8500"), or
+  // unix:/path. The port is required, in [0, 65535]; 0 picks a free one (see
+  // port()). Bound exclusively: a second server on the port fails to start.
   std::string address = "127.0.0.1:8500";
   // Largest gRPC message accepted or sent, bytes. Default 64 MiB: a batch of
   // 100 fp32 3x224x224 images (602,112 bytes each) fits.
@@ -51,6 +53,14 @@ struct ServerOptions {
   std::string tls_cert_path;
   std::string tls_key_path;
   std::string tls_client_ca_path;
+
+  // OK, or INVALID_ARGUMENT naming the field and its value: an address
+  // without a port or with one outside [0, 65535], max_message_bytes outside
+  // [1, 2^31 - 1], device_concurrency < 1, invalid batching options, TLS
+  // files that cannot be read or parsed, or a key that does not match the
+  // certificate. Reads the TLS files. Start() calls it; main calls it first
+  // so that a bad flag exits before the model loads.
+  absl::Status Validate() const;
 };
 
 class InferenceServer {
