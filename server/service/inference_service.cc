@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/service/infer_task.h"
+#include "server/service/raw_call.h"
 #include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
 #include "server/service/tensor_codec.h"
@@ -22,16 +23,20 @@ namespace {
 
 constexpr absl::string_view kPredict = "Predict";
 
-// A native Predict request in flight.
+// A native Predict request in flight. Owns the parsed request (its inputs
+// are views into it) and the response, which it serialises into gRPC's
+// response buffer before finishing the call.
 class PredictTask final : public RpcInferTask {
  public:
   PredictTask(grpc::CallbackServerContext* context,
-              grpc::ServerUnaryReactor* reactor, PredictResponse* response,
+              grpc::ServerUnaryReactor* reactor,
+              std::unique_ptr<PredictRequest> request, grpc::ByteBuffer* response,
               std::vector<InputView> inputs, const Runner* runner,
               Metrics* metrics, Clock* clock, absl::Time start)
       : RpcInferTask(context, reactor, std::move(inputs), kPredict, metrics,
                      clock, start),
-        response_(response),
+        request_(std::move(request)),
+        response_bytes_(response),
         runner_(runner) {}
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
@@ -54,11 +59,14 @@ class PredictTask final : public RpcInferTask {
       for (int64_t d : o.shape) t->add_shape(d);
       *t->mutable_data() = std::move(o.data);
     }
-    Complete(absl::OkStatus(), stats);
+    Complete(SerializeResponse(*response_, response_bytes_), stats);
   }
 
  private:
-  PredictResponse* const response_;
+  const std::unique_ptr<PredictRequest> request_;
+  grpc::ByteBuffer* const response_bytes_;
+  // Only the bytes serialised from it outlive Finish.
+  std::unique_ptr<PredictResponse> response_ = std::make_unique<PredictResponse>();
   const Runner* const runner_;
 };
 
@@ -74,8 +82,8 @@ InferenceService::InferenceService(Runner* runner, Batcher* batcher,
       server_version_(std::move(server_version)) {}
 
 grpc::ServerUnaryReactor* InferenceService::Predict(
-    grpc::CallbackServerContext* context, const PredictRequest* request,
-    PredictResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
+    grpc::ByteBuffer* response) {
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kPredict);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -87,6 +95,10 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
     return reactor;
   };
 
+  // A full queue refuses before the body is parsed or its tensors decoded.
+  if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
+  auto request = std::make_unique<PredictRequest>();
+  if (absl::Status s = ParseRequestBody(*body, request.get()); !s.ok()) return fail(s);
   const ModelInfo& info = runner_->info();
   if (absl::Status s = CheckModelName("model_name", request->model_name(), info);
       !s.ok()) {
@@ -97,7 +109,8 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   if (!inputs.ok()) return fail(inputs.status());
 
   std::unique_ptr<BatchTask> task = std::make_unique<PredictTask>(
-      context, reactor, response, *std::move(inputs), runner_, metrics_, clock_, start);
+      context, reactor, std::move(request), response, *std::move(inputs), runner_,
+      metrics_, clock_, start);
   absl::Status admitted = batcher_->Submit(&task);
   if (metrics_ != nullptr) metrics_->SetQueueDepth(batcher_->queued_rows());
   if (!admitted.ok()) return fail(admitted);

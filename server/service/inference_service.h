@@ -24,16 +24,21 @@
 
 namespace metalserve {
 
-class InferenceService final : public metalserve::v1::Inference::CallbackService {
+// Predict takes its body as raw bytes (see raw_call.h): a full queue is
+// refused before the body is parsed, and a body that does not parse is
+// answered INVALID_ARGUMENT and counted like any other bad request.
+class InferenceService final
+    : public metalserve::v1::Inference::WithRawCallbackMethod_Predict<
+          metalserve::v1::Inference::WithCallbackMethod_GetModelMetadata<
+              metalserve::v1::Inference::Service>> {
  public:
   // `metrics` may be null.
   InferenceService(Runner* runner, Batcher* batcher, Metrics* metrics,
                    Clock* clock, std::string server_version);
 
-  grpc::ServerUnaryReactor* Predict(
-      grpc::CallbackServerContext* context,
-      const metalserve::v1::PredictRequest* request,
-      metalserve::v1::PredictResponse* response) override;
+  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
 
   grpc::ServerUnaryReactor* GetModelMetadata(
       grpc::CallbackServerContext* context,

@@ -13,10 +13,17 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "metalserve/v1/inference.grpc.pb.h"
@@ -34,7 +41,54 @@ using ::metalserve::testing::MetricsWithoutListener;
 using ::metalserve::testing::NativeFakeServerTest;
 using ::testing::HasSubstr;
 
-class TransportTest : public NativeFakeServerTest {};
+constexpr char kPredictMethod[] = "/metalserve.v1.Inference/Predict";
+constexpr char kModelInferMethod[] = "/inference.GRPCInferenceService/ModelInfer";
+// Not a protobuf: field 0 is invalid and the varint never ends.
+const std::string kGarbage("\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11);
+
+class TransportTest : public NativeFakeServerTest {
+ protected:
+  // Sends `body` as the raw request of `method`; bounded by a 10 s deadline.
+  grpc::Status RawCall(const std::string& method, const std::string& body) {
+    grpc::GenericStub stub(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    grpc::Slice slice(body);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    absl::Notification done;
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status s) {
+                     status = std::move(s);
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    return status;
+  }
+  // The value of the requests_total sample for `method` and `code`, or -1.
+  double RequestsTotal(const std::string& method, const std::string& code) {
+    for (absl::string_view line : absl::StrSplit(metrics_->Scrape(), '\n')) {
+      if (absl::StartsWith(line, "metalserve_requests_total{") &&
+          absl::StrContains(line, absl::StrCat("method=\"", method, "\"")) &&
+          absl::StrContains(line, absl::StrCat("code=\"", code, "\""))) {
+        double v = -1;
+        if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) return v;
+      }
+    }
+    return -1;
+  }
+  // Blocks until the queue depth gauge reads `rows` (bounded: 10 s).
+  bool AwaitQueueDepth(int rows) {
+    const std::string want = absl::StrCat("metalserve_queue_depth_rows ", rows, "\n");
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!absl::StrContains(metrics_->Scrape(), want)) {
+      if (absl::Now() > give_up) return false;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return true;
+  }
+};
 
 // Two self-signed certificates with their keys (a.pem/a.key, b.pem/b.key)
 // and a file that is not PEM, made once per run by the openssl command line.
@@ -149,6 +203,54 @@ TEST_F(TransportTest, SecondServerOnTheSamePortFailsToStart) {
   // The first server still answers.
   v1::PredictResponse resp;
   EXPECT_TRUE(Call(MakeRequest(1, 1), &resp).ok());
+}
+
+TEST_F(TransportTest, MalformedPredictBodyIsInvalidArgumentAndCounted) {
+  StartServerAndConnect(LoopbackServerOptions());
+  const grpc::Status s = RawCall(kPredictMethod, kGarbage);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("request body (11 bytes) is not a valid metalserve.v1.PredictRequest"));
+  EXPECT_EQ(RequestsTotal("Predict", "INVALID_ARGUMENT"), 1);
+  v1::PredictResponse resp;
+  EXPECT_TRUE(Call(MakeRequest(1, 1), &resp).ok()) << "the server keeps answering";
+}
+
+TEST_F(TransportTest, MalformedModelInferBodyIsInvalidArgumentAndCounted) {
+  StartServerAndConnect(LoopbackServerOptions());
+  const grpc::Status s = RawCall(kModelInferMethod, kGarbage);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("is not a valid inference.ModelInferRequest"));
+  EXPECT_EQ(RequestsTotal("ModelInfer", "INVALID_ARGUMENT"), 1);
+}
+
+// With the queue full, a request is refused before its body is parsed: even
+// a body that is not a protobuf gets UNAVAILABLE, not INVALID_ARGUMENT.
+TEST_F(TransportTest, FullQueueRefusesBeforeParsingTheBody) {
+  ServerOptions so = LoopbackServerOptions();
+  so.batching.max_batch_size = 2;
+  so.batching.max_queue_size = 2;
+  runner_.CloseGate();
+  StartServerAndConnect(so);
+  if (HasFatalFailure()) return;
+  // One request holds the only executor at the gate; two more fill the queue.
+  std::vector<std::thread> callers;
+  std::vector<grpc::Status> held(3);
+  callers.emplace_back([&] { v1::PredictResponse r; held[0] = Call(MakeRequest(1, 1), &r); });
+  runner_.AwaitRunning(1);
+  for (int i = 1; i < 3; ++i) {
+    callers.emplace_back([&, i] { v1::PredictResponse r; held[i] = Call(MakeRequest(1, 1), &r); });
+  }
+  ASSERT_TRUE(AwaitQueueDepth(2));
+
+  for (const char* method : {kPredictMethod, kModelInferMethod}) {
+    const grpc::Status s = RawCall(method, kGarbage);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << method << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("refused before reading the request")) << method;
+  }
+  runner_.OpenGate();
+  for (auto& t : callers) t.join();
+  for (const grpc::Status& s : held) EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 }  // namespace
