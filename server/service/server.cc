@@ -9,6 +9,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "server/common/status_macros.h"
 #include "server/service/batch_executor.h"
 #include "server/service/inference_service.h"
@@ -108,6 +109,15 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   // The port is ours alone: with gRPC's default SO_REUSEPORT a second server
   // on the same port starts silently and connections split between the two.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Compression off unless asked for: only "identity" is enabled, so a
+  // compressed request is refused before it is inflated.
+  if (!options.accept_compression) {
+    builder.AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
+                               1 << GRPC_COMPRESS_NONE);
+  }
+  grpc::ResourceQuota quota("metalserve");
+  quota.Resize(static_cast<size_t>(options.MemoryQuotaBytes()));
+  builder.SetResourceQuota(quota);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     s->batcher_->Shutdown();
@@ -120,7 +130,10 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   LOG(INFO) << "serving " << runner->info().name << " on " << options.address
             << " (port " << s->port_ << ")"
             << (options.tls_cert_path.empty() ? "" : " with TLS")
-            << (options.tls_client_ca_path.empty() ? "" : " (mutual)");
+            << (options.tls_client_ca_path.empty() ? "" : " (mutual)")
+            << ", max_message_bytes=" << options.max_message_bytes
+            << " memory_quota_bytes=" << options.MemoryQuotaBytes()
+            << " compression=" << (options.accept_compression ? "accepted" : "refused");
   return s;
 }
 

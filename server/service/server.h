@@ -53,7 +53,20 @@ struct ServerOptions {
   std::string tls_cert_path;
   std::string tls_key_path;
   std::string tls_client_ca_path;
+  // Accept gzip/deflate-compressed requests. Off by default: gRPC 1.51
+  // inflates a whole message before checking max_message_bytes, so one
+  // small compressed message can cost a thousand times its size in memory
+  // (docs/reliability.md). When off, such a request gets UNIMPLEMENTED.
+  bool accept_compression = false;
+  // Global bound, bytes, on the memory gRPC's transport holds for all
+  // connections (read buffers and requests still being received); beyond it
+  // gRPC shrinks flow-control windows and then cancels streams. 0: sized
+  // from the other options, see MemoryQuotaBytes().
+  int64_t memory_quota_bytes = 0;
 
+  // memory_quota_bytes, or when 0: max(256 MiB, 4 x max_message_bytes), room
+  // for four largest requests arriving at once.
+  int64_t MemoryQuotaBytes() const;
   // OK, or INVALID_ARGUMENT naming the field and its value: an address
   // without a port or with one outside [0, 65535], max_message_bytes outside
   // [1, 2^31 - 1], device_concurrency < 1, invalid batching options, TLS

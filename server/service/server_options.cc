@@ -150,8 +150,19 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "device_concurrency must be at least 1, got ", device_concurrency));
   }
+  if (memory_quota_bytes < 0 ||
+      (memory_quota_bytes > 0 && memory_quota_bytes < max_message_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory_quota_bytes must be 0 (sized from max_message_bytes) or at least "
+        "max_message_bytes (", max_message_bytes, "), got ", memory_quota_bytes));
+  }
   RETURN_IF_ERROR(batching.Validate());
   return ValidateTls(*this);
+}
+
+int64_t ServerOptions::MemoryQuotaBytes() const {
+  if (memory_quota_bytes > 0) return memory_quota_bytes;
+  return std::max<int64_t>(int64_t{256} << 20, 4 * max_message_bytes);
 }
 
 }  // namespace metalserve

@@ -253,5 +253,53 @@ TEST_F(TransportTest, FullQueueRefusesBeforeParsingTheBody) {
   for (const grpc::Status& s : held) EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
+// A channel that compresses every request with gzip.
+std::shared_ptr<grpc::Channel> GzipChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetCompressionAlgorithm(GRPC_COMPRESS_GZIP);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+TEST_F(TransportTest, GzipRequestIsRefusedByDefault) {
+  StartServerAndConnect(LoopbackServerOptions());
+  auto stub = v1::Inference::NewStub(GzipChannel(ServerTarget()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::PredictResponse resp;
+  const grpc::Status s = stub->Predict(&ctx, MakeRequest(2, 1), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("gzip"));
+  EXPECT_THAT(s.error_message(), HasSubstr("disabled"));
+  // Uncompressed calls are unaffected.
+  EXPECT_TRUE(Call(MakeRequest(1, 1), &resp).ok());
+}
+
+TEST_F(TransportTest, GzipRequestIsAnsweredWithAcceptCompression) {
+  ServerOptions so = LoopbackServerOptions();
+  so.accept_compression = true;
+  StartServerAndConnect(so);
+  auto stub = v1::Inference::NewStub(GzipChannel(ServerTarget()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  const v1::PredictRequest req = MakeRequest(2, 1);
+  v1::PredictResponse resp;
+  const grpc::Status s = stub->Predict(&ctx, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  testing::ExpectDoubled(req, resp);
+}
+
+TEST(ServerOptionsTest, MemoryQuotaIsSizedFromMaxMessageBytesUnlessSet) {
+  ServerOptions o;
+  o.max_message_bytes = 1 << 20;
+  EXPECT_EQ(o.MemoryQuotaBytes(), int64_t{256} << 20);
+  o.max_message_bytes = 256 << 20;
+  EXPECT_EQ(o.MemoryQuotaBytes(), int64_t{1} << 30);
+  o.memory_quota_bytes = o.max_message_bytes - 1;
+  EXPECT_THAT(o.Validate().message(), HasSubstr("memory_quota_bytes must be 0"));
+  o.memory_quota_bytes = o.max_message_bytes;
+  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_EQ(o.MemoryQuotaBytes(), o.max_message_bytes);
+}
+
 }  // namespace
 }  // namespace metalserve
