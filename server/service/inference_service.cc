@@ -98,7 +98,9 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   // A full queue refuses before the body is parsed or its tensors decoded.
   if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
   auto request = std::make_unique<PredictRequest>();
-  if (absl::Status s = ParseRequestBody(*body, request.get()); !s.ok()) return fail(s);
+  // gRPC never reads the body again; parsing empties it (see raw_call.h).
+  grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
+  if (absl::Status s = ParseRequestBody(bytes, request.get()); !s.ok()) return fail(s);
   const ModelInfo& info = runner_->info();
   if (absl::Status s = CheckModelName("model_name", request->model_name(), info);
       !s.ok()) {

@@ -482,7 +482,9 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   // A full queue refuses before the body is parsed or its contents converted.
   if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
   auto request = std::make_unique<ModelInferRequest>();
-  if (absl::Status s = ParseRequestBody(*body, request.get()); !s.ok()) return fail(s);
+  // gRPC never reads the body again; parsing empties it (see raw_call.h).
+  grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
+  if (absl::Status s = ParseRequestBody(bytes, request.get()); !s.ok()) return fail(s);
   absl::Status model = CheckModel("model_name", request->model_name(),
                                   request->model_version());
   if (!model.ok()) return fail(model);

@@ -16,18 +16,17 @@ absl::Status CheckQueueRoom(const Batcher& batcher) {
       " rows wait; refused before reading the request; retry with backoff"));
 }
 
-absl::Status ParseRequestBody(const grpc::ByteBuffer& body, google::protobuf::Message* out) {
-  // The reader consumes its buffer; the copy shares the slices (no bytes
-  // are copied).
-  grpc::ByteBuffer copy(body);
+absl::Status ParseRequestBody(grpc::ByteBuffer* body, google::protobuf::Message* out) {
+  const size_t size = body->Length();
   bool parsed = false;
   {
-    grpc::ProtoBufferReader reader(&copy);
+    grpc::ProtoBufferReader reader(body);
     parsed = out->ParseFromZeroCopyStream(&reader);
   }
+  body->Clear();
   if (parsed) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "request body (", body.Length(), " bytes) is not a valid ",
+      "request body (", size, " bytes) is not a valid ",
       out->GetDescriptor()->full_name(), " message"));
 }
 

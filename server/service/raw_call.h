@@ -23,9 +23,12 @@ namespace metalserve {
 // still has the last word.
 absl::Status CheckQueueRoom(const Batcher& batcher);
 
-// Parses `body` into `out`; INVALID_ARGUMENT naming the message type and the
-// body's size when it is not a valid serialisation of it.
-absl::Status ParseRequestBody(const grpc::ByteBuffer& body, google::protobuf::Message* out);
+// Parses `body` into `out` and empties `body`, so that a queued request
+// holds its bytes once (parsed), not twice; INVALID_ARGUMENT naming the
+// message type and the body's size when it is not a valid serialisation.
+// gRPC hands the handler a const body it never reads again: the handler
+// passes it here with const_cast.
+absl::Status ParseRequestBody(grpc::ByteBuffer* body, google::protobuf::Message* out);
 
 // Serialises `msg` into `out`; INTERNAL when it cannot be.
 absl::Status SerializeResponse(const google::protobuf::Message& msg, grpc::ByteBuffer* out);
