@@ -57,6 +57,24 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   return grpc::SslServerCredentials(ssl);
 }
 
+// Message size limits, exclusive port, compression and the memory quota.
+void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder->SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  // The port is ours alone: with gRPC's default SO_REUSEPORT a second server
+  // on the same port starts silently and connections split between the two.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Compression off unless asked for: only "identity" is enabled, so a
+  // compressed request is refused before it is inflated.
+  if (!options.accept_compression) {
+    builder->AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
+                                1 << GRPC_COMPRESS_NONE);
+  }
+  grpc::ResourceQuota quota("metalserve");
+  quota.Resize(static_cast<size_t>(options.MemoryQuotaBytes()));
+  builder->SetResourceQuota(quota);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
@@ -104,20 +122,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   builder.AddListeningPort(options.address, creds, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->kserve_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
-  // The port is ours alone: with gRPC's default SO_REUSEPORT a second server
-  // on the same port starts silently and connections split between the two.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // Compression off unless asked for: only "identity" is enabled, so a
-  // compressed request is refused before it is inflated.
-  if (!options.accept_compression) {
-    builder.AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
-                               1 << GRPC_COMPRESS_NONE);
-  }
-  grpc::ResourceQuota quota("metalserve");
-  quota.Resize(static_cast<size_t>(options.MemoryQuotaBytes()));
-  builder.SetResourceQuota(quota);
+  ConfigureTransport(options, &builder);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     s->batcher_->Shutdown();
