@@ -216,6 +216,12 @@ TEST_F(TransportTest, MalformedPredictBodyIsInvalidArgumentAndCounted) {
   EXPECT_TRUE(Call(MakeRequest(1, 1), &resp).ok()) << "the server keeps answering";
 }
 
+TEST_F(TransportTest, EmptyPredictBodyIsInvalidArgument) {
+  StartServerAndConnect(LoopbackServerOptions());
+  const grpc::Status s = RawCall(kPredictMethod, "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+}
+
 TEST_F(TransportTest, MalformedModelInferBodyIsInvalidArgumentAndCounted) {
   StartServerAndConnect(LoopbackServerOptions());
   const grpc::Status s = RawCall(kModelInferMethod, kGarbage);
