@@ -41,32 +41,31 @@ class PredictTask final : public RpcInferTask {
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
-    response_->set_queue_time_us(absl::ToInt64Microseconds(stats.queue_time));
-    response_->set_compute_time_us(absl::ToInt64Microseconds(stats.compute_time));
-    response_->set_batch_rows(stats.batch_rows);
+    response_.set_queue_time_us(absl::ToInt64Microseconds(stats.queue_time));
+    response_.set_compute_time_us(absl::ToInt64Microseconds(stats.compute_time));
+    response_.set_batch_rows(stats.batch_rows);
     if (!outputs.ok()) {
       Complete(outputs.status(), stats);
       return;
     }
     const ModelInfo& info = runner_->info();
-    response_->set_model_name(info.name);
-    response_->set_model_version(info.version);
-    response_->set_device(info.device);
+    response_.set_model_name(info.name);
+    response_.set_model_version(info.version);
+    response_.set_device(info.device);
     for (Tensor& o : *outputs) {
-      auto* t = response_->add_outputs();
+      auto* t = response_.add_outputs();
       t->set_name(o.name);
       t->set_dtype(ToProto(o.dtype));
       for (int64_t d : o.shape) t->add_shape(d);
       *t->mutable_data() = std::move(o.data);
     }
-    Complete(SerializeResponse(*response_, response_bytes_), stats);
+    Complete(SerializeResponse(response_, response_bytes_), stats);
   }
 
  private:
   const std::unique_ptr<PredictRequest> request_;
   grpc::ByteBuffer* const response_bytes_;
-  // Only the bytes serialised from it outlive Finish.
-  std::unique_ptr<PredictResponse> response_ = std::make_unique<PredictResponse>();
+  PredictResponse response_;  // serialised into response_bytes_ in Finish
   const Runner* const runner_;
 };
 

@@ -239,21 +239,21 @@ class KServeTask final : public RpcInferTask {
       return;
     }
     const ModelInfo& info = runner_->info();
-    response_->set_model_name(info.name);
-    response_->set_model_version(info.version);
-    response_->set_id(request_->id());
-    SetInt64Param("queue_time_us", absl::ToInt64Microseconds(stats.queue_time), response_.get());
-    SetInt64Param("compute_time_us", absl::ToInt64Microseconds(stats.compute_time), response_.get());
-    SetInt64Param("batch_rows", stats.batch_rows, response_.get());
+    response_.set_model_name(info.name);
+    response_.set_model_version(info.version);
+    response_.set_id(request_->id());
+    SetInt64Param("queue_time_us", absl::ToInt64Microseconds(stats.queue_time), &response_);
+    SetInt64Param("compute_time_us", absl::ToInt64Microseconds(stats.compute_time), &response_);
+    SetInt64Param("batch_rows", stats.batch_rows, &response_);
     for (size_t s : outputs_) {
       Tensor& o = (*outputs)[s];
-      auto* t = response_->add_outputs();
+      auto* t = response_.add_outputs();
       t->set_name(o.name);
       t->set_datatype(std::string(KServeDatatype(o.dtype)));
       for (int64_t d : o.shape) t->add_shape(d);
-      *response_->add_raw_output_contents() = std::move(o.data);
+      *response_.add_raw_output_contents() = std::move(o.data);
     }
-    Complete(SerializeResponse(*response_, response_bytes_), stats);
+    Complete(SerializeResponse(response_, response_bytes_), stats);
   }
 
  private:
@@ -268,7 +268,7 @@ class KServeTask final : public RpcInferTask {
 
   const std::unique_ptr<ModelInferRequest> request_;
   grpc::ByteBuffer* const response_bytes_;
-  std::unique_ptr<ModelInferResponse> response_ = std::make_unique<ModelInferResponse>();
+  ModelInferResponse response_;  // serialised into response_bytes_ in Finish
   const std::vector<std::string> storage_;
   const std::vector<size_t> outputs_;
   const Runner* const runner_;
