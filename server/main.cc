@@ -65,6 +65,12 @@ ABSL_FLAG(int, device_concurrency, 2,
           "batch's compute");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC message in bytes (default 64 MiB: about 100 fp32 3x224x224 images)");
+ABSL_FLAG(bool, accept_compression, false,
+          "Accept gzip/deflate-compressed requests (default off: compressed requests "
+          "get UNIMPLEMENTED; see docs/reliability.md for the memory cost)");
+ABSL_FLAG(int64_t, memory_quota_bytes, 0,
+          "Bound in bytes on the memory gRPC's transport holds for all connections; "
+          "0 = max(256 MiB, 4 x --max_message_bytes)");
 ABSL_FLAG(int64_t, empty_cache_every, 0, "Empty the device cache every N batches; 0 = off");
 ABSL_FLAG(absl::Duration, empty_cache_interval, absl::ZeroDuration(),
           "Empty the device cache this often while idle; 0 = off");
@@ -254,6 +260,8 @@ int main(int argc, char** argv) {
   so.access_log = access_log.get();
   so.address = absl::GetFlag(FLAGS_address);
   so.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  so.accept_compression = absl::GetFlag(FLAGS_accept_compression);
+  so.memory_quota_bytes = absl::GetFlag(FLAGS_memory_quota_bytes);
   so.batching.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   so.batching.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
   so.batching.allowed_batch_sizes = ParseSizes(absl::GetFlag(FLAGS_allowed_batch_sizes));
@@ -264,8 +272,8 @@ int main(int argc, char** argv) {
   so.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
   so.tls_key_path = absl::GetFlag(FLAGS_tls_key);
   so.tls_client_ca_path = absl::GetFlag(FLAGS_tls_client_ca);
-  if (absl::Status s = so.batching.Validate(); !s.ok()) {
-    LOG(ERROR) << "batching flags: " << s;
+  if (absl::Status s = so.Validate(); !s.ok()) {
+    LOG(ERROR) << "flags: " << s;
     return 2;
   }
 

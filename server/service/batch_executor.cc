@@ -26,7 +26,8 @@ BatchExecutor::BatchExecutor(Runner* runner, const BatcherOptions& batching,
       batching_(batching),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
-      device_slots_(device_concurrency < 1 ? 1 : device_concurrency) {}
+      device_slots_(device_concurrency < 1 ? 1 : device_concurrency),
+      retry_log_(clock_, absl::Seconds(1)) {}
 
 std::vector<BatchedInput> BatchExecutor::Pieces(
     const std::vector<InferTask*>& tasks, int64_t padded_rows) {
@@ -122,9 +123,13 @@ void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks) {
   if (!out.ok() && tasks.size() > 1 &&
       (out.status().code() == absl::StatusCode::kResourceExhausted ||
        out.status().code() == absl::StatusCode::kInternal)) {
-    LOG(WARNING) << "batch of " << tasks.size() << " requests (" << rows
-                 << " rows) failed: " << out.status()
-                 << "; retrying in halves to isolate it";
+    int64_t suppressed = 0;
+    if (retry_log_.Allow(&suppressed)) {
+      LOG(WARNING) << "batch of " << tasks.size() << " requests (" << rows
+                   << " rows) failed: " << out.status()
+                   << "; retrying in halves to isolate it (" << suppressed
+                   << " similar lines suppressed since the last)";
+    }
     const size_t half = tasks.size() / 2;
     RunGroup({tasks.begin(), tasks.begin() + half});
     RunGroup({tasks.begin() + half, tasks.end()});

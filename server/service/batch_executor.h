@@ -11,6 +11,7 @@
 //    in halves so the request that makes the model throw fails alone and
 //    the others succeed.
 //  * Anything else fails every task of the batch with that status.
+// The retries are logged at most once a second (see retry_log_).
 //
 // Device concurrency: at most `device_concurrency` batches are on the runner
 // at once, so that with several executor threads the next batch is assembled
@@ -37,6 +38,7 @@
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/infer_task.h"
+#include "server/service/log_limiter.h"
 
 namespace metalserve {
 
@@ -70,6 +72,9 @@ class BatchExecutor {
 
   absl::Mutex device_mu_;
   int device_slots_ ABSL_GUARDED_BY(device_mu_);
+  // One "retrying in halves" WARNING a second at most: a poisoned stream of
+  // requests logged one line per half (12,336 lines in 15 s, issue 17).
+  LogLimiter retry_log_;
 };
 
 }  // namespace metalserve

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/service/infer_task.h"
+#include "server/service/raw_call.h"
 #include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
 #include "server/service/tensor_codec.h"
@@ -22,44 +23,50 @@ namespace {
 
 constexpr absl::string_view kPredict = "Predict";
 
-// A native Predict request in flight.
+// A native Predict request in flight. Owns the parsed request (its inputs
+// are views into it) and the response, which it serialises into gRPC's
+// response buffer before finishing the call.
 class PredictTask final : public RpcInferTask {
  public:
   PredictTask(grpc::CallbackServerContext* context,
-              grpc::ServerUnaryReactor* reactor, PredictResponse* response,
+              grpc::ServerUnaryReactor* reactor,
+              std::unique_ptr<PredictRequest> request, grpc::ByteBuffer* response,
               std::vector<InputView> inputs, const Runner* runner,
               Metrics* metrics, Clock* clock, absl::Time start,
               const std::atomic<bool>* cut_off)
       : RpcInferTask(context, reactor, std::move(inputs), kPredict, metrics,
                      clock, start, cut_off),
-        response_(response),
+        request_(std::move(request)),
+        response_bytes_(response),
         runner_(runner) {}
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
-    response_->set_queue_time_us(absl::ToInt64Microseconds(stats.queue_time));
-    response_->set_compute_time_us(absl::ToInt64Microseconds(stats.compute_time));
-    response_->set_batch_rows(stats.batch_rows);
+    response_.set_queue_time_us(absl::ToInt64Microseconds(stats.queue_time));
+    response_.set_compute_time_us(absl::ToInt64Microseconds(stats.compute_time));
+    response_.set_batch_rows(stats.batch_rows);
     if (!outputs.ok()) {
       Complete(outputs.status(), stats);
       return;
     }
     const ModelInfo& info = runner_->info();
-    response_->set_model_name(info.name);
-    response_->set_model_version(info.version);
-    response_->set_device(info.device);
+    response_.set_model_name(info.name);
+    response_.set_model_version(info.version);
+    response_.set_device(info.device);
     for (Tensor& o : *outputs) {
-      auto* t = response_->add_outputs();
+      auto* t = response_.add_outputs();
       t->set_name(o.name);
       t->set_dtype(ToProto(o.dtype));
       for (int64_t d : o.shape) t->add_shape(d);
       *t->mutable_data() = std::move(o.data);
     }
-    Complete(absl::OkStatus(), stats);
+    Complete(SerializeResponse(response_, response_bytes_), stats);
   }
 
  private:
-  PredictResponse* const response_;
+  const std::unique_ptr<PredictRequest> request_;
+  grpc::ByteBuffer* const response_bytes_;
+  PredictResponse response_;  // serialised into response_bytes_ in Finish
   const Runner* const runner_;
 };
 
@@ -77,8 +84,8 @@ InferenceService::InferenceService(Runner* runner, Batcher* batcher,
       access_log_(access_log) {}
 
 grpc::ServerUnaryReactor* InferenceService::Predict(
-    grpc::CallbackServerContext* context, const PredictRequest* request,
-    PredictResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
+    grpc::ByteBuffer* response) {
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kPredict);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -93,6 +100,12 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
     return reactor;
   };
 
+  // A full queue refuses before the body is parsed or its tensors decoded.
+  if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
+  auto request = std::make_unique<PredictRequest>();
+  // gRPC never reads the body again; parsing empties it (see raw_call.h).
+  grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
+  if (absl::Status s = ParseRequestBody(bytes, request.get()); !s.ok()) return fail(s);
   const ModelInfo& info = runner_->info();
   if (absl::Status s = CheckModelName("model_name", request->model_name(), info);
       !s.ok()) {
@@ -103,8 +116,8 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   if (!inputs.ok()) return fail(inputs.status());
 
   auto predict = std::make_unique<PredictTask>(
-      context, reactor, response, *std::move(inputs), runner_, metrics_, clock_, start,
-      &cut_off_);
+      context, reactor, std::move(request), response, *std::move(inputs), runner_,
+      metrics_, clock_, start, &cut_off_);
   predict->set_access_log(access_log_, &info);
   std::unique_ptr<BatchTask> task = std::move(predict);
   absl::Status admitted = batcher_->Submit(&task);

@@ -26,17 +26,22 @@
 
 namespace metalserve {
 
-class InferenceService final : public metalserve::v1::Inference::CallbackService {
+// Predict takes its body as raw bytes (see raw_call.h): a full queue is
+// refused before the body is parsed, and a body that does not parse is
+// answered INVALID_ARGUMENT and counted like any other bad request.
+class InferenceService final
+    : public metalserve::v1::Inference::WithRawCallbackMethod_Predict<
+          metalserve::v1::Inference::WithCallbackMethod_GetModelMetadata<
+              metalserve::v1::Inference::Service>> {
  public:
   // `metrics` and `access_log` may be null.
   InferenceService(Runner* runner, Batcher* batcher, Metrics* metrics,
                    Clock* clock, std::string server_version,
                    AccessLog* access_log = nullptr);
 
-  grpc::ServerUnaryReactor* Predict(
-      grpc::CallbackServerContext* context,
-      const metalserve::v1::PredictRequest* request,
-      metalserve::v1::PredictResponse* response) override;
+  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
 
   // Called by the server's shutdown just before gRPC cancels the calls
   // still open: they are counted as their clients see them (UNAVAILABLE).

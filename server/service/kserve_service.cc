@@ -11,6 +11,7 @@
 #include "server/service/infer_task.h"
 #include "server/service/inference_service.h"
 #include "server/common/status_macros.h"
+#include "server/service/raw_call.h"
 #include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
 #include "server/service/tensor_codec.h"
@@ -222,15 +223,15 @@ class KServeTask final : public RpcInferTask {
   // `storage` holds bytes converted from typed contents that `inputs` may
   // point into; moving the vector keeps its elements where they are.
   KServeTask(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
-             const ModelInferRequest* request, ModelInferResponse* response,
+             std::unique_ptr<ModelInferRequest> request, grpc::ByteBuffer* response,
              std::vector<std::string> storage, std::vector<InputView> inputs,
              std::vector<size_t> outputs, const Runner* runner, Metrics* metrics,
              KServeStatistics* stats, Clock* clock, absl::Time start,
              const std::atomic<bool>* cut_off)
       : RpcInferTask(context, reactor, std::move(inputs), kModelInfer, metrics,
                      clock, start, cut_off),
-        request_(request),
-        response_(response),
+        request_(std::move(request)),
+        response_bytes_(response),
         storage_(std::move(storage)),
         outputs_(std::move(outputs)),
         runner_(runner),
@@ -243,21 +244,21 @@ class KServeTask final : public RpcInferTask {
       return;
     }
     const ModelInfo& info = runner_->info();
-    response_->set_model_name(info.name);
-    response_->set_model_version(info.version);
-    response_->set_id(request_->id());
-    SetInt64Param("queue_time_us", absl::ToInt64Microseconds(stats.queue_time), response_);
-    SetInt64Param("compute_time_us", absl::ToInt64Microseconds(stats.compute_time), response_);
-    SetInt64Param("batch_rows", stats.batch_rows, response_);
+    response_.set_model_name(info.name);
+    response_.set_model_version(info.version);
+    response_.set_id(request_->id());
+    SetInt64Param("queue_time_us", absl::ToInt64Microseconds(stats.queue_time), &response_);
+    SetInt64Param("compute_time_us", absl::ToInt64Microseconds(stats.compute_time), &response_);
+    SetInt64Param("batch_rows", stats.batch_rows, &response_);
     for (size_t s : outputs_) {
       Tensor& o = (*outputs)[s];
-      auto* t = response_->add_outputs();
+      auto* t = response_.add_outputs();
       t->set_name(o.name);
       t->set_datatype(std::string(KServeDatatype(o.dtype)));
       for (int64_t d : o.shape) t->add_shape(d);
-      *response_->add_raw_output_contents() = std::move(o.data);
+      *response_.add_raw_output_contents() = std::move(o.data);
     }
-    Complete(absl::OkStatus(), stats);
+    Complete(SerializeResponse(response_, response_bytes_), stats);
   }
 
  private:
@@ -270,8 +271,9 @@ class KServeTask final : public RpcInferTask {
     }
   }
 
-  const ModelInferRequest* const request_;
-  ModelInferResponse* const response_;
+  const std::unique_ptr<ModelInferRequest> request_;
+  grpc::ByteBuffer* const response_bytes_;
+  ModelInferResponse response_;  // serialised into response_bytes_ in Finish
   const std::vector<std::string> storage_;
   const std::vector<size_t> outputs_;
   const Runner* const runner_;
@@ -472,8 +474,8 @@ grpc::ServerUnaryReactor* KServeService::ModelStatistics(
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(
-    grpc::CallbackServerContext* context, const ModelInferRequest* request,
-    ModelInferResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
+    grpc::ByteBuffer* response) {
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kModelInfer);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -488,6 +490,12 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   };
+  // A full queue refuses before the body is parsed or its contents converted.
+  if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
+  auto request = std::make_unique<ModelInferRequest>();
+  // gRPC never reads the body again; parsing empties it (see raw_call.h).
+  grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
+  if (absl::Status s = ParseRequestBody(bytes, request.get()); !s.ok()) return fail(s);
   absl::Status model = CheckModel("model_name", request->model_name(),
                                   request->model_version());
   if (!model.ok()) return fail(model);
@@ -501,7 +509,7 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   if (!outputs.ok()) return fail(outputs.status());
 
   auto infer = std::make_unique<KServeTask>(
-      context, reactor, request, response, std::move(storage), *std::move(inputs),
+      context, reactor, std::move(request), response, std::move(storage), *std::move(inputs),
       *std::move(outputs), runner_, metrics_, &stats_, clock_, start, &cut_off_);
   infer->set_access_log(access_log_, &info);
   std::unique_ptr<BatchTask> task = std::move(infer);

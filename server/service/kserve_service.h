@@ -70,8 +70,12 @@ class KServeStatistics {
   Snapshot s_ ABSL_GUARDED_BY(mu_);
 };
 
+// ModelInfer takes its body as raw bytes (see raw_call.h): a full queue is
+// refused before the body is parsed, a body that does not parse is answered
+// INVALID_ARGUMENT and counted.
 class KServeService final
-    : public inference::GRPCInferenceService::CallbackService {
+    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+          inference::GRPCInferenceService::CallbackService> {
  public:
   // `metrics` and `access_log` may be null; `clock` null means the real
   // clock. Starts not ready.
@@ -104,10 +108,9 @@ class KServeService final
       grpc::CallbackServerContext* context,
       const inference::ModelMetadataRequest* request,
       inference::ModelMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelInfer(
-      grpc::CallbackServerContext* context,
-      const inference::ModelInferRequest* request,
-      inference::ModelInferResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ModelConfig(
       grpc::CallbackServerContext* context,
       const inference::ModelConfigRequest* request,

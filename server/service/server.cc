@@ -10,6 +10,7 @@
 #include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "server/common/status_macros.h"
 #include "server/service/accepted_calls.h"
 #include "server/service/batch_executor.h"
@@ -68,16 +69,31 @@ std::shared_ptr<AcceptedCalls::State> CountAcceptedCalls(grpc::ServerBuilder* bu
   return state;
 }
 
+// Message size limits, exclusive port, compression and the memory quota.
+void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder->SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  // The port is ours alone: with gRPC's default SO_REUSEPORT a second server
+  // on the same port starts silently and connections split between the two.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Compression off unless asked for: only "identity" is enabled, so a
+  // compressed request is refused before it is inflated.
+  if (!options.accept_compression) {
+    builder->AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
+                                1 << GRPC_COMPRESS_NONE);
+  }
+  grpc::ResourceQuota quota("metalserve");
+  quota.Resize(static_cast<size_t>(options.MemoryQuotaBytes()));
+  builder->SetResourceQuota(quota);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     const ServerOptions& options, Runner* runner, Metrics* metrics,
     Clock* clock) {
   if (clock == nullptr) clock = Clock::RealClock();
-  if (options.max_message_bytes <= 0 || options.max_message_bytes > INT32_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_message_bytes must be in [1, 2147483647], got ", options.max_message_bytes));
-  }
+  RETURN_IF_ERROR(options.Validate());
   ASSIGN_OR_RETURN(auto creds, Credentials(options));
   std::unique_ptr<InferenceServer> s(new InferenceServer());
   s->metrics_ = metrics;
@@ -113,21 +129,24 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   builder.AddListeningPort(options.address, creds, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->kserve_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  ConfigureTransport(options, &builder);
   s->accepted_ = CountAcceptedCalls(&builder);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     s->batcher_->Shutdown();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on '", options.address,
-                     "' (address in use, or not a valid host:port)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", options.address,
+        "': the port is in use (another server on it?) or the host is not an "
+        "address of this machine"));
   }
   s->SetServing(true);
   LOG(INFO) << "serving " << runner->info().name << " on " << options.address
             << " (port " << s->port_ << ")"
             << (options.tls_cert_path.empty() ? "" : " with TLS")
-            << (options.tls_client_ca_path.empty() ? "" : " (mutual)");
+            << (options.tls_client_ca_path.empty() ? "" : " (mutual)")
+            << ", max_message_bytes=" << options.max_message_bytes
+            << " memory_quota_bytes=" << options.MemoryQuotaBytes()
+            << " compression=" << (options.accept_compression ? "accepted" : "refused");
   return s;
 }
 

@@ -40,7 +40,9 @@ class InferenceService;
 class KServeService;
 
 struct ServerOptions {
-  // host:port to listen on; port 0 picks a free one (see port()).
+  // host:port to listen on (IPv6 hosts in brackets, "[::1]:8500"), or
+  // unix:/path. The port is required, in [0, 65535]; 0 picks a free one (see
+  // port()). Bound exclusively: a second server on the port fails to start.
   std::string address = "127.0.0.1:8500";
   // Largest gRPC message accepted or sent, bytes. Default 64 MiB: a batch of
   // 100 fp32 3x224x224 images (602,112 bytes each) fits.
@@ -59,6 +61,27 @@ struct ServerOptions {
   // Where each Predict/ModelInfer outcome is logged; null: nowhere. Not
   // owned; must outlive the server.
   AccessLog* access_log = nullptr;
+  // Accept gzip/deflate-compressed requests. Off by default: gRPC 1.51
+  // inflates a whole message before checking max_message_bytes, so one
+  // small compressed message can cost a thousand times its size in memory
+  // (docs/reliability.md). When off, such a request gets UNIMPLEMENTED.
+  bool accept_compression = false;
+  // Global bound, bytes, on the memory gRPC's transport holds for all
+  // connections (read buffers and requests still being received); beyond it
+  // gRPC shrinks flow-control windows and then cancels streams. 0: sized
+  // from the other options, see MemoryQuotaBytes().
+  int64_t memory_quota_bytes = 0;
+
+  // memory_quota_bytes, or when 0: max(256 MiB, 4 x max_message_bytes), room
+  // for four largest requests arriving at once.
+  int64_t MemoryQuotaBytes() const;
+  // OK, or INVALID_ARGUMENT naming the field and its value: an address
+  // without a port or with one outside [0, 65535], max_message_bytes outside
+  // [1, 2^31 - 1], device_concurrency < 1, invalid batching options, TLS
+  // files that cannot be read or parsed, or a key that does not match the
+  // certificate. Reads the TLS files. Start() calls it; main calls it first
+  // so that a bad flag exits before the model loads.
+  absl::Status Validate() const;
 };
 
 class InferenceServer {

@@ -1,0 +1,42 @@
+#include "server/service/raw_call.h"
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/proto_buffer_writer.h"
+
+namespace metalserve {
+
+absl::Status CheckQueueRoom(const Batcher& batcher) {
+  const int64_t queued = batcher.queued_rows();
+  const int64_t capacity = batcher.options().max_queue_size;
+  if (queued < capacity) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "queue is full: ", queued, " of ", capacity,
+      " rows wait; refused before reading the request; retry with backoff"));
+}
+
+absl::Status ParseRequestBody(grpc::ByteBuffer* body, google::protobuf::Message* out) {
+  const size_t size = body->Length();
+  bool parsed = false;
+  {
+    grpc::ProtoBufferReader reader(body);
+    parsed = out->ParseFromZeroCopyStream(&reader);
+  }
+  body->Clear();
+  if (parsed) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "request body (", size, " bytes) is not a valid ",
+      out->GetDescriptor()->full_name(), " message"));
+}
+
+absl::Status SerializeResponse(const google::protobuf::Message& msg, grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  grpc::Status s = grpc::SerializationTraits<google::protobuf::Message>::Serialize(
+      msg, out, &own_buffer);
+  if (s.ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      "cannot serialise the ", msg.GetDescriptor()->full_name(), ": ", s.error_message()));
+}
+
+}  // namespace metalserve
