@@ -8,7 +8,7 @@ Measures, in a single run on this host:
   (c) serial batch-1 latency through the server (max_batch_size=1, so no
       batching delay) against the raw batch-1 forward;
 and prints the ratios: served / raw best-batch throughput, batching gain, and
-p50/p99 overhead at concurrency 1. Writes bench/results/<host>-<date>[-tag].json
+p50/p99 overhead at concurrency 1. Writes bench/results/<host_label>-<date>[-tag].json
 and, when matplotlib is present, a PNG of throughput against p99 latency.
 
   bench/run.py                                   # CPU defaults (a few minutes)
@@ -193,6 +193,8 @@ def main():
     p.add_argument("--bench_args", default="", help="extra metalserve-bench flags")
     p.add_argument("--start_timeout", type=float, default=300)
     p.add_argument("--tag", default="")
+    p.add_argument("--host_label", default=socket.gethostname(),
+                   help="names the host in the JSON and its file name (default: hostname)")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     a = p.parse_args()
     a.bench_args = a.bench_args.split()
@@ -249,13 +251,14 @@ def main():
             next(r for r in batched if r["concurrency"] == best_b)["rows_per_s"]
             / raw[best_b]["items_per_s"])
 
-    result = {"command": command, "machine": host_info(a), "model": a.model,
+    result = {"command": command, "host_label": a.host_label,
+              "machine": host_info(a), "model": a.model,
               "device": a.device, "precision": a.precision, "channels_last": a.channels_last,
               "optimization": level, "threads": a.threads,
               "max_batch_size": a.max_batch_size, "allowed_batch_sizes": a.allowed_batch_sizes,
               "max_queue_delay": a.max_queue_delay, "raw": raw, "batched": batched,
               "unbatched": unbatched, "serial": serial, "summary": summary}
-    stem = f"{socket.gethostname()}-{datetime.date.today().isoformat()}"
+    stem = f"{a.host_label}-{datetime.date.today().isoformat()}"
     stem += f"-{a.model}" + (f"-{a.tag}" if a.tag else "")
     path = os.path.join(a.out, stem + ".json")
     with open(path, "w") as f:
