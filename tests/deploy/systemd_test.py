@@ -134,8 +134,8 @@ def main():
     ARGS, rest = p.parse_known_args()
     if not ARGS.systemd_analyze or not any(os.path.isdir(d) for d in SYSTEM_UNIT_DIRS):
         print("SKIP: systemd-analyze or the system unit directory is absent")
-        sys.exit(SKIP)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+        sys.exit(1 if deploy_common.tools_required() else SKIP)
+    deploy_common.run_tests([sys.argv[0], *rest])
 
 
 if __name__ == "__main__":
