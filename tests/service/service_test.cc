@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -223,6 +224,33 @@ TEST_F(ServiceTest, DeadlinePassedInQueueIsDeadlineExceededAndNeverRuns) {
   EXPECT_EQ(ServerCount("Predict", "DEADLINE_EXCEEDED"), 1);
   EXPECT_EQ(ServerCount("Predict", "CANCELLED"), 0);
   EXPECT_EQ(ServerCount("Predict", "OK"), 2);
+}
+
+// Shutdown(timeout) (main.cc passes --shutdown_timeout) waits for accepted
+// calls, then cancels those still running: once the timeout has passed, while
+// the model still holds its batch, the client hears UNAVAILABLE (gRPC's
+// "Cancelling all calls").
+TEST_F(ServiceTest, ShutdownCancelsCallsStillRunningAtItsTimeout) {
+  StartServer();
+  runner_.CloseGate();
+  grpc::Status held;
+  PredictResponse resp;
+  absl::Notification answered;
+  std::thread call([&] {
+    held = Call(MakeRequest(1, 1), &resp, absl::Seconds(30));
+    answered.Notify();
+  });
+  runner_.AwaitRunning(1);
+  const absl::Time start = absl::Now();
+  std::thread shutdown([&] { server_->Shutdown(absl::Milliseconds(300)); });
+  const bool cancelled_while_held = answered.WaitForNotificationWithTimeout(absl::Seconds(20));
+  const absl::Duration took = absl::Now() - start;
+  runner_.OpenGate();  // lets the batcher drain, so Shutdown returns
+  call.join();
+  shutdown.join();
+  ASSERT_TRUE(cancelled_while_held) << "the running call was not ended by the timeout";
+  EXPECT_EQ(held.error_code(), grpc::StatusCode::UNAVAILABLE) << held.error_message();
+  EXPECT_GE(took, absl::Milliseconds(300)) << "cancelled before the timeout";
 }
 
 TEST_F(ServiceTest, BadInputGetsInvalidArgumentNamingFieldAndServerKeepsServing) {
