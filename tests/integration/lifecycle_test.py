@@ -3,6 +3,7 @@
 and signal handling keep, each checked against build/metalserve serving
 tiny_cnn on free 127.0.0.1 ports:
 
+  * metalserve_ready 0 and no health answer until the model is loaded;
   * after SIGTERM, during --drain_grace: health NOT_SERVING for "" and
     "metalserve.v1.Inference", metalserve_ready 0, Predict still served;
   * SIGINT drains and exits 0 like SIGTERM;
@@ -151,6 +152,50 @@ class Lifecycle(unittest.TestCase):
         self.assertTrue(self.server.alive(), "exited inside --drain_grace")
         channel.close()
         self.wait_exit(30)
+
+    def test_not_serving_and_ready_0_until_the_model_is_loaded(self):
+        """Metrics listen from start-up; mobilenet_v2 takes a second or two
+        to load and warm up. Every probe whose result the log
+        shows was taken before "loaded in" must say not ready: gauge 0, and
+        no health answer (gRPC is not listening yet)."""
+        import grpc
+        from lifecycle_health import health_pb2, health_pb2_grpc
+        model = os.path.join(os.path.dirname(ARGS.model), "mobilenet_v2.pt")
+        port, self.metrics_port = free_port(), free_port()
+        self.log = os.path.join(self.tmp, "server-loading.log")
+        self.server = Process([ARGS.server, f"--model={model}", "--optimize=none",
+                               "--max_batch_size=4",
+                               f"--address=127.0.0.1:{port}", "--device=cpu",
+                               f"--metrics_address=127.0.0.1:{self.metrics_port}",
+                               "--threads=1", "--monitor_log_interval=0"], self.log)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        health = health_pb2_grpc.HealthStub(channel)
+        probes_during_load = 0
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            self.assertTrue(self.server.alive(), tail(self.log))
+            try:
+                gauge = self.ready_gauge()
+            except OSError:
+                gauge = None  # metrics not listening yet
+            try:
+                status = health.Check(health_pb2.HealthCheckRequest(), timeout=0.5).status
+            except grpc.RpcError as e:
+                status = e.code()
+            if "loaded in" not in tail(self.log, 400):  # read after both probes
+                probes_during_load += 1
+                self.assertIn(gauge, (None, 0), "metalserve_ready 1 before the model loaded")
+                self.assertIn(status, (grpc.StatusCode.UNAVAILABLE,
+                                       grpc.StatusCode.DEADLINE_EXCEEDED),
+                              "health answered before the model loaded")
+            elif gauge == 1 and status == health_pb2.HealthCheckResponse.SERVING:
+                break
+            time.sleep(0.05)
+        else:
+            self.fail("never became ready:\n" + tail(self.log))
+        channel.close()
+        self.assertGreater(probes_during_load, 0, "no probe landed during the load")
+        print(f"{probes_during_load} probes during the model load said not ready")
 
     def test_sigint_drains_and_exits_zero(self):
         self.start(metrics=False)
