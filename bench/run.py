@@ -12,7 +12,8 @@ p50/p99 overhead at concurrency 1, each with a WARNING beside it when the run
 behind it is too short or too noisy to mean much (fewer than MIN_REQUESTS
 requests or MIN_DURATION_S seconds, errors, a negative overhead, served above
 raw, a gain below 1 from few requests). Writes
-<--out>/<host>-<date>[-tag].json (default build/bench-results; pass
+<--out>/<host_label>-<date>[-tag].json (holding the command
+and --host_label) (default build/bench-results; pass
 --out=bench/results to add a run to the repository's record) and, when
 matplotlib is present, a PNG of throughput against p99 latency.
 
@@ -253,6 +254,8 @@ def main():
     p.add_argument("--out", default="",
                    help="folder for the results (default BUILD/bench-results; "
                         "bench/results is the repository's record, only on request)")
+    p.add_argument("--host_label", default=socket.gethostname(),
+                   help="names the host in the JSON and its file name (default: hostname)")
     a = p.parse_args()
     if not 0 <= a.port <= 65534:
         raise SystemExit(f"--port={a.port}: want 1..65534, or 0 for free ports")
@@ -312,13 +315,14 @@ def main():
             next(r for r in batched if r["concurrency"] == best_b)["rows_per_s"]
             / raw[best_b]["items_per_s"])
 
-    result = {"command": command, "machine": host_info(a), "model": a.model,
+    result = {"command": command, "host_label": a.host_label,
+              "machine": host_info(a), "model": a.model,
               "device": a.device, "precision": a.precision, "channels_last": a.channels_last,
               "optimization": level, "threads": a.threads,
               "max_batch_size": a.max_batch_size, "allowed_batch_sizes": a.allowed_batch_sizes,
               "max_queue_delay": a.max_queue_delay, "raw": raw, "batched": batched,
               "unbatched": unbatched, "serial": serial, "summary": summary}
-    stem = f"{socket.gethostname()}-{datetime.date.today().isoformat()}"
+    stem = f"{a.host_label}-{datetime.date.today().isoformat()}"
     stem += f"-{a.model}" + (f"-{a.tag}" if a.tag else "")
     path = os.path.join(a.out, stem + ".json")
     with open(path, "w") as f:

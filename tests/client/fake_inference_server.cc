@@ -1,5 +1,6 @@
 #include "tests/client/fake_inference_server.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <queue>
@@ -53,6 +54,7 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
     {
       absl::MutexLock l(&mu_);
       arrivals_.push_back(now);
+      peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
       if (request->inputs_size() > 0) {
         last_shape_.assign(request->inputs(0).shape().begin(),
                            request->inputs(0).shape().end());
@@ -81,6 +83,7 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
       response->set_batch_rows(rows);
     }
     if (due <= now) {
+      Finished(1);
       reactor->Finish(status);
     } else {
       absl::MutexLock l(&mu_);
@@ -101,6 +104,12 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
+  }
+
+  // Counts `n` calls as finished (just before their reactors finish).
+  void Finished(int64_t n) {
+    absl::MutexLock l(&mu_);
+    in_flight_ -= n;
   }
 
   void TimerLoop() {
@@ -130,6 +139,7 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
           pending_.pop();
         }
       }
+      Finished(static_cast<int64_t>(ready.size()));
       for (Pending& p : ready) p.reactor->Finish(p.status);
     }
   }
@@ -145,6 +155,8 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
   std::vector<int64_t> last_shape_ ABSL_GUARDED_BY(mu_);
   std::optional<std::pair<Mono, Mono>> stall_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t peak_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread timer_;
 };
 
@@ -179,6 +191,11 @@ std::shared_ptr<grpc::Channel> FakeInferenceServer::NewChannel() const {
 int64_t FakeInferenceServer::received() const {
   absl::MutexLock l(&impl_->mu_);
   return static_cast<int64_t>(impl_->arrivals_.size());
+}
+
+int64_t FakeInferenceServer::peak_in_flight() const {
+  absl::MutexLock l(&impl_->mu_);
+  return impl_->peak_in_flight_;
 }
 
 std::vector<Mono> FakeInferenceServer::arrivals() const {

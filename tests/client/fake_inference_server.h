@@ -63,6 +63,10 @@ class FakeInferenceServer {
   std::shared_ptr<grpc::Channel> NewChannel() const;
 
   int64_t received() const;
+  // The most Predict calls the server held at once (arrived, not yet
+  // finished): a closed loop of concurrency N reaches N when the server is
+  // slow enough for every connection to be waiting at the same time.
+  int64_t peak_in_flight() const;
   // Arrival times of Predict calls, in arrival order.
   std::vector<Mono> arrivals() const;
   // Shape of the first input of the latest Predict call.

@@ -80,6 +80,27 @@ TEST(LoadGeneratorTest, ClosedLoopThroughputIsConcurrencyOverDelay) {
   EXPECT_GE(stats->elapsed, absl::Seconds(1));
 }
 
+// --concurrency N keeps exactly N calls outstanding. The server stalls for
+// 300 ms at its 5th request: every connection's call then waits in the
+// server at once, so the server's peak in-flight count is N; one connection
+// fewer (or more) shows there, whatever the throughput tolerance above.
+TEST(LoadGeneratorTest, ConcurrencyIsTheNumberOfCallsInFlightAtTheServer) {
+  for (const int concurrency : {1, 3, 6}) {
+    SCOPED_TRACE(concurrency);
+    auto server = FakeInferenceServer::Start({.delay = absl::Milliseconds(5),
+                                              .stall_at_request = 5,
+                                              .stall = absl::Milliseconds(300)});
+    auto gen = MakeGenerator(*server);
+    LoadSpec spec;
+    spec.concurrency = concurrency;
+    spec.max_requests = 5 + 2 * concurrency;
+    auto stats = gen->Run(spec);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->ok, spec.max_requests);
+    EXPECT_EQ(server->peak_in_flight(), concurrency);
+  }
+}
+
 TEST(LoadGeneratorTest, RequestCountIsExactAndWarmupIsNotCounted) {
   auto server = FakeInferenceServer::Start({.delay = absl::ZeroDuration()});
   auto gen = MakeGenerator(*server);

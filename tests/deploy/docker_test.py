@@ -192,7 +192,7 @@ def main():
     p.add_argument("--server", default="")
     p.add_argument("--model", default="")
     ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    deploy_common.run_tests([sys.argv[0], *rest])
 
 
 if __name__ == "__main__":

@@ -195,7 +195,7 @@ def main():
     p.add_argument("--metrics_source", default="",
                    help="server/metrics/metrics.cc, to check metric names")
     ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    deploy_common.run_tests([sys.argv[0], *rest])
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ class LaunchdPlist(unittest.TestCase):
     def test_plistutil_reads_the_same_property_list(self):
         plistutil = shutil.which("plistutil")
         if plistutil is None:
-            self.skipTest("plistutil (libplist-utils) not installed")
+            deploy_common.missing_tool(self, "plistutil (libplist-utils)")
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "plist.bin")
             # plistutil 2.2 exits 0 even when it cannot parse; the binary it
@@ -90,7 +90,7 @@ def main():
     p.add_argument("--server", default="",
                    help="metalserve binary; its --helpfull must define every flag")
     ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    deploy_common.run_tests([sys.argv[0], *rest])
 
 
 if __name__ == "__main__":

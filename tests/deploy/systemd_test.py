@@ -206,15 +206,15 @@ def main():
     ARGS, rest = p.parse_known_args()
     if not ARGS.systemd_analyze or not any(os.path.isdir(d) for d in SYSTEM_UNIT_DIRS):
         print("SKIP: systemd-analyze or the system unit directory is absent")
-        sys.exit(SKIP)
+        sys.exit(1 if deploy_common.tools_required() else SKIP)
     if ARGS.seccomp:
         try:
             import seccomp  # noqa: F401,PLC0415
         except ImportError:
             print("SKIP: python3 module seccomp (Debian python3-seccomp) is absent")
-            sys.exit(SKIP)
+            sys.exit(1 if deploy_common.tools_required() else SKIP)
         rest = ["SystemdSeccomp", *rest]
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    deploy_common.run_tests([sys.argv[0], *rest])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's promise: `metalserve` with no arguments serves the default
 # classifier on 127.0.0.1:8500, and a Predict sent from a separate process
-# (metalserve-bench) returns logits of shape [1, 1000]. Bounded: the server is
+# (metalserve-bench) returns logits of shape [1, 1000]; the default listeners
+# (gRPC 8500, metrics 9464) are bound to 127.0.0.1 only. Bounded: the server is
 # stopped with SIGTERM at the end, and killed if it outlives the test.
 set -euo pipefail
 server=$1 bench=$2
@@ -30,6 +31,32 @@ assert len(out) == 1 and out[0]["shape"] == [1, 1000], out[0]["shape"]
 run = json.load(open(sys.argv[2]))["runs"][0]
 assert run["ok"] == 3 and not run["errors"], run
 print("default server: logits", out[0]["shape"], "from a separate process; 3/3 ok")
+PY
+# The default listeners are on loopback only: gRPC 127.0.0.1:8500 and
+# metrics 127.0.0.1:9464 (nothing on 0.0.0.0 or ::), and the metrics answer
+# there with metalserve_ready 1.
+/usr/bin/python3 - <<'PY'
+import urllib.request
+listening = {}
+for path, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+    try:
+        lines = open(path).read().splitlines()[1:]
+    except OSError:
+        continue
+    for line in lines:
+        local, state = line.split()[1], line.split()[3]
+        addr, port = local.split(":")
+        if state == "0A":  # LISTEN
+            listening.setdefault(int(port, 16), set()).add(addr)
+# 127.0.0.1 as IPv4, as IPv4-mapped IPv6 (gRPC's socket), and ::1.
+loopback = {"0100007F", "0000000000000000FFFF00000100007F",
+            "00000000000000000000000001000000"}
+for port in (8500, 9464):
+    found = listening.get(port, set())
+    assert found and found <= loopback, (port, found)
+body = urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=10).read().decode()
+assert "\nmetalserve_ready 1\n" in body, "metalserve_ready is not 1 on 127.0.0.1:9464"
+print("default listeners: gRPC 127.0.0.1:8500, metrics 127.0.0.1:9464 (loopback only)")
 PY
 kill -TERM "$pid"
 wait "$pid"

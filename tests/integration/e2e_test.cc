@@ -16,6 +16,7 @@
 #include "server/service/server.h"
 #include "tests/integration/torch_reference.h"
 #include "tests/testing/fake_runner_server.h"
+#include "tests/testing/metric_sample.h"
 
 namespace metalserve {
 namespace {
@@ -82,6 +83,22 @@ class E2eTest : public ::testing::Test {
     }
   }
 
+  // The server's own count of Predict calls answered with `code`.
+  double ServerCount(absl::string_view code) {
+    return testing::Sample(metrics_->Scrape(), testing::RequestsSeries("Predict", code))
+        .value_or(-1);
+  }
+  // Waits (at most 30 s) until `rows` rows are queued; false if never.
+  bool AwaitQueueDepth(int rows) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < give_up) {
+      const auto depth = testing::Sample(metrics_->Scrape(), "metalserve_queue_depth_rows");
+      if (depth.value_or(-1) >= rows) return true;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return false;
+  }
+
   std::unique_ptr<Runner> runner_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<InferenceServer> server_;
@@ -136,28 +153,39 @@ TEST_F(E2eTest, DefaultClassifierReturnsLogitsOfShape1x1000) {
   ExpectClose(served, testing::ReferenceForward(Model("resnet18"), x, {1, 3, 224, 224}));
 }
 
-TEST_F(E2eTest, ModelThatRaisesGivesInternalAndServerKeepsServing) {
+// A request that makes the model raise, in one full batch with three batch
+// mates: it alone fails with INTERNAL; the mates get their own rows, doubled.
+TEST_F(E2eTest, ModelThatRaisesFailsOnlyThatRequestAndItsBatchMatesSucceed) {
   BatcherOptions b;
   b.max_batch_size = 4;
-  b.max_queue_delay = absl::Milliseconds(1);
+  b.max_queue_delay = absl::Seconds(5);  // the four close one full batch
   Start("poison", b);
-  auto call = [&](float first) {
-    std::vector<float> x = {first, 1, 2, 3};
-    grpc::ClientContext ctx;
-    PredictResponse resp;
-    PredictRequest req;
-    auto* t = req.add_inputs();
-    t->set_name("input");
-    t->set_dtype(metalserve::v1::DATA_TYPE_FLOAT32);
-    t->add_shape(1);
-    t->add_shape(4);
-    t->set_data(std::string(reinterpret_cast<const char*>(x.data()), 16));
-    return stub_->Predict(&ctx, req, &resp);
-  };
-  grpc::Status bad = call(-777);
-  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INTERNAL);
-  EXPECT_FALSE(bad.error_message().empty());
-  EXPECT_TRUE(call(1).ok());
+  const std::vector<float> firsts = {1, -777, 3, 4};
+  std::vector<grpc::Status> st(4);
+  std::vector<PredictResponse> resps(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+      const std::vector<float> x = {firsts[i], 1, 2, 3};
+      st[i] = stub_->Predict(&ctx, Request(x, {1, 4}), &resps[i]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(st[1].error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(st[1].error_message(), ::testing::HasSubstr("poison"));
+  for (int i : {0, 2, 3}) {
+    ASSERT_TRUE(st[i].ok()) << i << ": " << st[i].error_message();
+    EXPECT_THAT(testing::Floats(resps[i].outputs(0).data()),
+                ::testing::ElementsAre(2 * firsts[i], 2, 4, 6)) << i;
+  }
+  // The four really were batch mates: one batch closed full (the isolating
+  // re-runs that follow are not counted as formed batches).
+  EXPECT_THAT(testing::Sample(metrics_->Scrape(), R"(metalserve_batches_total{reason="full"})"),
+              ::testing::Optional(1.0));
+  EXPECT_EQ(ServerCount("INTERNAL"), 1);
+  EXPECT_EQ(ServerCount("OK"), 3);
 }
 
 }  // namespace
@@ -215,16 +243,20 @@ TEST_P(BatchInvarianceTest, RowOutputDoesNotDependOnBatchOrPosition) {
   std::vector<std::vector<float>> alone;
   for (const auto& r : rows) alone.push_back(predict(r, 1));
   // Together: four concurrent requests form one full batch of four, in
-  // arrival order; repeat with the order reversed to move every row.
+  // arrival order; repeat with the order reversed to move every row. Each
+  // request is sent once the one before it is queued, so the order is the
+  // one intended.
   for (bool reversed : {false, true}) {
     std::vector<std::vector<float>> together(4);
     std::vector<std::thread> threads;
+    bool ordered = true;
     for (int i = 0; i < 4; ++i) {
       const int idx = reversed ? 3 - i : i;
       threads.emplace_back([&, idx] { together[idx] = predict(rows[idx], 4); });
-      absl::SleepFor(absl::Milliseconds(20));  // spreads arrival order only
+      if (i < 3) ordered = ordered && AwaitQueueDepth(i + 1);
     }
     for (auto& t : threads) t.join();
+    ASSERT_TRUE(ordered) << "a request was not queued before the next was sent";
     for (int i = 0; i < 4; ++i) {
       SCOPED_TRACE(absl::StrCat(model, " row ", i, reversed ? " (reversed)" : ""));
       ExpectClose(together[i], alone[i]);

@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -103,14 +104,11 @@ TEST_F(ServiceTest, PadsToAllowedSizeAndSlicesOutputsBack) {
   std::vector<PredictResponse> resp;
   std::thread rest([&] { CallAll(reqs, &st, &resp); });
   // Wait until all three are queued before releasing the executor.
-  absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (metrics_->Scrape().find("metalserve_queue_depth_rows 3") == std::string::npos &&
-         absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  const bool queued = AwaitQueueDepth(3);
   runner_.OpenGate();
   first.join();
   rest.join();
+  ASSERT_TRUE(queued) << "the three requests never queued together";
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(st[i].ok()) << st[i].error_message();
     ExpectDoubled(reqs[i], resp[i]);
@@ -186,17 +184,14 @@ TEST_F(ServiceTest, RefusesWithUnavailableWhenQueueIsFull) {
   std::thread running([&] { st[0] = Call(MakeRequest(2, 1), &resp[0]); });
   runner_.AwaitRunning(1);
   std::thread queued([&] { st[1] = Call(MakeRequest(2, 1), &resp[1]); });
-  absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (metrics_->Scrape().find("metalserve_queue_depth_rows 2") == std::string::npos &&
-         absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  const bool full = AwaitQueueDepth(2);
   st[2] = Call(MakeRequest(1, 1), &resp[2]);
   EXPECT_EQ(st[2].error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(st[2].error_message(), HasSubstr("queue is full"));
   runner_.OpenGate();
   running.join();
   queued.join();
+  ASSERT_TRUE(full) << "the queue never filled";
   EXPECT_TRUE(st[0].ok());
   EXPECT_TRUE(st[1].ok()) << "an accepted request is never lost";
 }
@@ -223,6 +218,39 @@ TEST_F(ServiceTest, DeadlinePassedInQueueIsDeadlineExceededAndNeverRuns) {
   ExpectStillServing();
   // Only the first request and the check above ran.
   EXPECT_THAT(runner_.batch_rows(), ElementsAre(1, 1));
+  // The server itself answered DEADLINE_EXCEEDED (the client's status above
+  // is its own deadline's, whatever the server answered). The executor
+  // expired the call before running the check above, so it is counted.
+  EXPECT_EQ(ServerCount("Predict", "DEADLINE_EXCEEDED"), 1);
+  EXPECT_EQ(ServerCount("Predict", "CANCELLED"), 0);
+  EXPECT_EQ(ServerCount("Predict", "OK"), 2);
+}
+
+// Shutdown(timeout) (main.cc passes --shutdown_timeout) waits for accepted
+// calls, then cancels those still running: once the timeout has passed, while
+// the model still holds its batch, the client hears UNAVAILABLE (gRPC's
+// "Cancelling all calls").
+TEST_F(ServiceTest, ShutdownCancelsCallsStillRunningAtItsTimeout) {
+  StartServer();
+  runner_.CloseGate();
+  grpc::Status held;
+  PredictResponse resp;
+  absl::Notification answered;
+  std::thread call([&] {
+    held = Call(MakeRequest(1, 1), &resp, absl::Seconds(30));
+    answered.Notify();
+  });
+  runner_.AwaitRunning(1);
+  const absl::Time start = absl::Now();
+  std::thread shutdown([&] { server_->Shutdown(absl::Milliseconds(300)); });
+  const bool cancelled_while_held = answered.WaitForNotificationWithTimeout(absl::Seconds(20));
+  const absl::Duration took = absl::Now() - start;
+  runner_.OpenGate();  // lets the batcher drain, so Shutdown returns
+  call.join();
+  shutdown.join();
+  ASSERT_TRUE(cancelled_while_held) << "the running call was not ended by the timeout";
+  EXPECT_EQ(held.error_code(), grpc::StatusCode::UNAVAILABLE) << held.error_message();
+  EXPECT_GE(took, absl::Milliseconds(300)) << "cancelled before the timeout";
 }
 
 TEST_F(ServiceTest, BadInputGetsInvalidArgumentNamingFieldAndServerKeepsServing) {

@@ -7,7 +7,8 @@
 //    model that raises);
 //  * batches of more than `oom_above_rows` rows fail with RESOURCE_EXHAUSTED;
 //  * Close the gate (CloseGate) to hold every Run until OpenGate;
-//  * every Run's row count is recorded (batch_rows()).
+//  * every Run's row count is recorded (batch_rows()), and the first value
+//    of every row it was given (row_first_values()): the log of what ran.
 //
 // Thread-safety: thread-safe.
 #ifndef METALSERVE_TESTS_TESTING_FAKE_RUNNER_H_
@@ -43,9 +44,11 @@ class FakeRunner final : public Runner {
 
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
     const Tensor& in = inputs.at(0);
+    const float* x = reinterpret_cast<const float*>(in.data.data());
     {
       absl::MutexLock l(&mu_);
       batch_rows_.push_back(in.rows());
+      for (int64_t r = 0; r < in.rows(); ++r) row_first_values_.push_back(x[r * kWidth]);
       ++running_;
       mu_.Await(absl::Condition(&gate_open_));
       --running_;
@@ -54,7 +57,6 @@ class FakeRunner final : public Runner {
             "fake device out of memory for ", in.rows(), " rows"));
       }
     }
-    const float* x = reinterpret_cast<const float*>(in.data.data());
     for (int64_t r = 0; r < in.rows(); ++r) {
       if (x[r * kWidth] == kPoison) {
         return absl::InternalError("model raised: poison row found");
@@ -98,6 +100,11 @@ class FakeRunner final : public Runner {
     absl::MutexLock l(&mu_);
     return batch_rows_;
   }
+  // The first value of every row Run was given, in order (padding included).
+  std::vector<float> row_first_values() {
+    absl::MutexLock l(&mu_);
+    return row_first_values_;
+  }
   ModelInfo& mutable_info() { return info_; }
 
  private:
@@ -109,6 +116,7 @@ class FakeRunner final : public Runner {
   int idle_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int busy_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> batch_rows_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> row_first_values_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace metalserve

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/testing/metric_sample.h"
 
 namespace metalserve::testing {
 
@@ -37,6 +38,25 @@ std::string FakeRunnerServerTest::ServerTarget() const {
 void FakeRunnerServerTest::TearDown() {
   runner_.OpenGate();
   if (server_) server_->Shutdown(absl::Seconds(5));
+}
+
+int FakeRunnerServerTest::QueueDepth() const {
+  const auto v = Sample(metrics_->Scrape(), "metalserve_queue_depth_rows");
+  return v.has_value() ? static_cast<int>(*v) : -1;
+}
+
+bool FakeRunnerServerTest::AwaitQueueDepth(int rows) const {
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < give_up) {
+    if (QueueDepth() >= rows) return true;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return false;
+}
+
+double FakeRunnerServerTest::ServerCount(absl::string_view method,
+                                         absl::string_view code) const {
+  return Sample(metrics_->Scrape(), RequestsSeries(method, code)).value_or(-1);
 }
 
 void NativeFakeServerTest::StartServerAndConnect(const ServerOptions& so) {

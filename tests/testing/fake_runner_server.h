@@ -46,6 +46,14 @@ class FakeRunnerServerTest : public ::testing::Test {
   // "127.0.0.1:<port>" of the started server.
   std::string ServerTarget() const;
   void TearDown() override;
+  // The queue depth gauge, in rows; -1 when absent.
+  int QueueDepth() const;
+  // Waits (at most 20 s) until the queue holds at least `rows` rows; false
+  // when it never did (callers assert it).
+  bool AwaitQueueDepth(int rows) const;
+  // The server's own count of `method` calls answered with `code` (a name
+  // such as "CANCELLED"); -1 when the series is absent.
+  double ServerCount(absl::string_view method, absl::string_view code) const;
 
   FakeRunner runner_;
   std::unique_ptr<Metrics> metrics_;
