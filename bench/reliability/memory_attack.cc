@@ -10,8 +10,8 @@
 //               held open for --hold_s (HTTP/2 BDP probing off, so the
 //               client's receive window stays at 64 KiB)
 //
-// Run: build/bench/reliability/memory_attack --target=127.0.0.1:8500 \
-//        --scenario=bomb --bytes=1073741824
+// Run:
+//   build/bench/reliability/memory_attack --target=127.0.0.1:8500 --scenario=bomb --bytes=1073741824
 #include <cstdio>
 #include <map>
 #include <memory>
