@@ -199,6 +199,26 @@ class Container(unittest.TestCase):
         self.assertIn("metalserve_ready 1", " ".join(test),
                       "HEALTHCHECK dropped (OCI format?)")
 
+    def test_cuda_dockerfile_parses_and_resolves_its_build_args(self):
+        """The CUDA image cannot be built here (no nvidia/cuda base image and
+        no registry): the engine parses the file, substitutes CUDA_VERSION
+        into FROM, and stops only because the base image is absent."""
+        for args, version in (([], "13.0.0"),
+                              (["--build-arg", "CUDA_VERSION=12.8.0"], "12.8.0")):
+            r = self.engine_cmd("build", "--pull=never", "--isolation=chroot",
+                                "-f", "docker/Dockerfile.cuda", *args,
+                                "-t", "metalserve:cuda-check", ARGS.source_dir,
+                                timeout=120) if self.engine == "podman" else \
+                self.engine_cmd("build", "--pull=false", "-f",
+                                os.path.join(ARGS.source_dir,
+                                             "docker/Dockerfile.cuda"),
+                                *args, ARGS.source_dir, timeout=120)
+            out = r.stdout + r.stderr
+            self.assertNotEqual(r.returncode, 0, "built without a CUDA base?")
+            self.assertIn(f"nvidia/cuda:{version}-cudnn-devel-ubuntu24.04", out)
+            self.assertRegex(out, r"(?i)not known|not found|no such image|"
+                                  r"pull access denied", out[-2000:])
+
 
 def main():
     global ARGS
