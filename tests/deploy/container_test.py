@@ -6,7 +6,8 @@ host network on 127.0.0.1 and free ports, and checks, against the image:
   - a Predict gives the same bytes as the host binary for the same request;
   - the server process runs as uid 10001 (the Deployment's runAsUser);
   - `stop` (SIGTERM) drains, and the container exits 0 within the grace;
-  - the image keeps its HEALTHCHECK (podman builds use --format docker).
+  - the image keeps its HEALTHCHECK (podman builds use --format docker),
+    and it passes once the server is ready.
 Exits 77 (skipped) only on macOS, where no Linux container engine runs
 natively; on Linux a missing engine is a failure (scripts/setup installs
 podman, buildah, runc and debootstrap).
@@ -198,6 +199,25 @@ class Container(unittest.TestCase):
         test = (check or {}).get("Test") or []
         self.assertIn("metalserve_ready 1", " ".join(test),
                       "HEALTHCHECK dropped (OCI format?)")
+
+    def test_healthcheck_passes_once_the_server_is_ready(self):
+        """The image's own HEALTHCHECK, on its default ports, in a network
+        namespace of its own (loopback only: no port can clash)."""
+        name = f"metalserve-health-{os.getpid()}"
+        r = self.engine_cmd(
+            "run", "-d", "--name", name, "--network=none", IMAGE,
+            f"--model={MODEL_IN_IMAGE}", "--address=127.0.0.1:8500",
+            "--metrics_address=127.0.0.1:9464", *SERVER_FLAGS)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.addCleanup(self.engine_cmd, "rm", "-f", "-t", "0", name)
+
+        def healthy():
+            if self.engine == "podman":  # runs the check now
+                return self.engine_cmd("healthcheck", "run", name).returncode == 0
+            r = self.engine_cmd("inspect", "-f", "{{.State.Health.Status}}", name)
+            return r.stdout.strip() == "healthy"
+        wait_for("the HEALTHCHECK to pass", healthy, time.monotonic() + 120,
+                 interval=0.5)
 
     def test_cuda_dockerfile_parses_and_resolves_its_build_args(self):
         """The CUDA image cannot be built here (no nvidia/cuda base image and
