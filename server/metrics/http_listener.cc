@@ -159,11 +159,12 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   if (ipv6) flags |= MHD_USE_IPv6;
   listener->daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &HandleRequest, listener.get(),
+      // First, so that it receives the messages about the other options.
+      MHD_OPTION_EXTERNAL_LOGGER, &LogFromDaemon, nullptr,
       MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(*fd),
       MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
       MHD_OPTION_CONNECTION_LIMIT,
-      static_cast<unsigned int>(options.max_connections),
-      MHD_OPTION_EXTERNAL_LOGGER, &LogFromDaemon, nullptr, MHD_OPTION_END);
+      static_cast<unsigned int>(options.max_connections), MHD_OPTION_END);
   if (listener->daemon_ == nullptr) {
     close(*fd);
     return absl::UnavailableError(
