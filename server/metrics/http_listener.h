@@ -36,8 +36,8 @@ struct HttpListenerOptions {
 // threads, each held by one connection for up to 30 s). The thread has the
 // default stack size: civetweb's worker threads have a fixed 100 KiB stack,
 // into which glibc places the process's static TLS, and a process whose
-// libraries carry more than about 90 KB of it (LibTorch with CUDA; seen in
-// containers) cannot start them at all.
+// libraries carry more than about 100 KB of it (OpenBLAS as libblas.so.3
+// in the Debian image: 112,640 bytes) cannot start them at all.
 //
 // Thread-safety: `body` is called on the listener's thread, one request at
 // a time; it must be thread-safe against the caller's other threads. The
