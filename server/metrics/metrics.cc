@@ -15,13 +15,13 @@
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "server/common/status_macros.h"
+#include "server/metrics/http_listener.h"
 #include "server/metrics/monitor.h"
 
 namespace metalserve {
@@ -208,15 +208,15 @@ absl::Status ValidateOptions(const MetricsOptions& options) {
 }
 
 // The one implementation of Metrics. Owns the registry, the optional HTTP
-// exposer (which serves from its own civetweb threads) and the monitor log
-// thread; the destructor stops the exposer first, then joins the thread.
+// listener (which serves from its own thread) and the monitor log thread;
+// the destructor stops the listener first, then joins the thread.
 class MetricsImpl final : public Metrics {
  public:
   explicit MetricsImpl(const MetricsOptions& options);
   ~MetricsImpl() override;
 
   // Starts the HTTP listener; Unavailable naming the address when it cannot.
-  absl::Status Listen(const std::string& address);
+  absl::Status Listen(const MetricsOptions& options);
   void StartLogThread();
 
   int port() const override;
@@ -297,7 +297,7 @@ class MetricsImpl final : public Metrics {
   std::thread log_thread_;
 
   // Last: destroyed first, so no scrape runs against a half-destroyed object.
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpListener> listener_;
 };
 
 MetricsImpl::MetricsImpl(const MetricsOptions& options)
@@ -433,7 +433,7 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
 }
 
 MetricsImpl::~MetricsImpl() {
-  exposer_.reset();
+  listener_.reset();
   {
     absl::MutexLock lock(&log_mu_);
     stop_ = true;
@@ -441,17 +441,15 @@ MetricsImpl::~MetricsImpl() {
   if (log_thread_.joinable()) log_thread_.join();
 }
 
-absl::Status MetricsImpl::Listen(const std::string& address) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address);
-    exposer_->RegisterCollectable(registry_);
-    exposer_->RegisterCollectable(monitor_collectable_);
-  } catch (const std::exception& e) {
-    exposer_.reset();
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve /metrics on ", address, ": ", e.what()));
-  }
-  LOG(INFO) << "metrics listening on " << address << " port=" << port();
+absl::Status MetricsImpl::Listen(const MetricsOptions& options) {
+  HttpListenerOptions lo;
+  lo.address = options.listen_address;
+  lo.idle_timeout = options.listen_idle_timeout;
+  lo.max_connections = options.listen_max_connections;
+  ASSIGN_OR_RETURN(listener_,
+                   HttpListener::Start(lo, [this] { return Scrape(); }));
+  LOG(INFO) << "metrics listening on " << options.listen_address
+            << " port=" << port();
   return absl::OkStatus();
 }
 
@@ -461,9 +459,7 @@ void MetricsImpl::StartLogThread() {
 }
 
 int MetricsImpl::port() const {
-  if (exposer_ == nullptr) return 0;
-  const std::vector<int> ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports.front();
+  return listener_ == nullptr ? 0 : listener_->port();
 }
 
 std::string MetricsImpl::Scrape() const {
@@ -605,7 +601,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
         absl::StrCat("cannot create metric families: ", e.what()));
   }
   if (!options.listen_address.empty()) {
-    RETURN_IF_ERROR(metrics->Listen(options.listen_address));
+    RETURN_IF_ERROR(metrics->Listen(options));
   }
   metrics->StartLogThread();
   return metrics;

@@ -71,6 +71,14 @@ struct MetricsOptions {
   // Loopback by default; 9464 rather than 9090, which a Prometheus server on
   // the same host listens on by default.
   std::string listen_address = "127.0.0.1:9464";
+  // The listener closes a connection that has been silent this long (whole
+  // seconds, rounded up). It serves every connection from one polling
+  // thread, so idle or half-sent requests never delay a scrape; this only
+  // bounds how long they hold a socket. Default 10 s.
+  absl::Duration listen_idle_timeout = absl::Seconds(10);
+  // Connections the listener serves at once; further ones are closed on
+  // accept. Bounds the descriptors clients can take. Default 64.
+  int listen_max_connections = 64;
   // Capacity of the batcher queue, in rows, exported as
   // queue_capacity_rows so that saturation (depth / capacity) can be
   // alerted on. Zero: unknown, the gauge is not exported.

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""A light lint of docker/Dockerfile.cpu and docker/Dockerfile.cuda (no
-container engine runs here; docker/README.md says which images were built
-where):
+"""A light lint of docker/Dockerfile.cpu and docker/Dockerfile.cuda (the
+images themselves are built and run by container_test.py; docker/README.md
+says which images were built where):
+  - every instruction is a Dockerfile instruction and every ${ARG} used
+    outside RUN is declared (Dockerfile.fast too);
   - multi-stage: a builder stage that runs scripts/setup, the script CI
     (.ci/run) runs, and a runtime stage FROM a different base;
   - the runtime stage runs as a non-root numeric user (the uid the
@@ -33,6 +35,11 @@ from proc_util import Process, free_port  # noqa: E402
 
 ARGS = None
 DOCKERFILES = ("Dockerfile.cpu", "Dockerfile.cuda")
+# Every instruction the Dockerfile reference defines.
+KNOWN_INSTRUCTIONS = {
+    "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY",
+    "ENTRYPOINT", "VOLUME", "USER", "WORKDIR", "ARG", "ONBUILD",
+    "STOPSIGNAL", "HEALTHCHECK", "SHELL", "MAINTAINER"}
 
 
 def instructions(path):
@@ -82,6 +89,18 @@ class Dockerfiles(unittest.TestCase):
             cls.files[name] = st
         with open(os.path.join(ARGS.source_dir, "deploy/k8s/deployment.yaml")) as f:
             cls.k8s_pod = yaml.safe_load(f)["spec"]["template"]["spec"]
+
+    def test_every_instruction_is_known_and_args_are_declared(self):
+        docker_dir = os.path.join(ARGS.source_dir, "docker")
+        for name in (*DOCKERFILES, "Dockerfile.fast"):
+            instrs = instructions(os.path.join(docker_dir, name))
+            declared = set()
+            for word, rest in instrs:
+                self.assertIn(word, KNOWN_INSTRUCTIONS, f"{name}: {word}")
+                if word == "ARG":
+                    declared.add(rest.split("=")[0].strip())
+                for used in re.findall(r"\$\{(\w+)\}", rest if word != "RUN" else ""):
+                    self.assertIn(used, declared | {"PATH"}, f"{name}: {word} {rest}")
 
     def final(self, name):
         return self.files[name][-1]
