@@ -223,41 +223,31 @@ T OrDie(absl::StatusOr<T> v, absl::string_view what) {
   return *std::move(v);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Serves one TorchScript model over gRPC (metalserve.v1.Inference, health, "
-      "reflection) behind a dynamic batcher, with Prometheus metrics.\n"
-      "Usage: metalserve [--model=path.pt] [--address=127.0.0.1:8500] ...");
-  metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "server/main.cc");
-  absl::ParseCommandLine(argc, argv);
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
-  InstallSignalHandlers();
-  const std::string dump_path = absl::GetFlag(FLAGS_metrics_dump);
-  const std::string version = METALSERVE_VERSION;
-
+metalserve::MetricsOptions MetricsOptionsFromFlags() {
   metalserve::MetricsOptions mo;
   mo.listen_address = absl::GetFlag(FLAGS_metrics_address);
   mo.monitor_window = absl::GetFlag(FLAGS_monitor_window);
   mo.monitor_max_age = absl::GetFlag(FLAGS_monitor_max_age);
   mo.monitor_log_interval = absl::GetFlag(FLAGS_monitor_log_interval);
   mo.queue_capacity_rows = absl::GetFlag(FLAGS_max_queue_size);
-  auto metrics = OrDie(metalserve::Metrics::Create(mo), "metrics");
+  return mo;
+}
 
-  std::unique_ptr<metalserve::AccessLog> access_log;  // outlives the server
-  if (!absl::GetFlag(FLAGS_access_log).empty()) {
-    metalserve::AccessLogOptions ao;
-    ao.path = absl::GetFlag(FLAGS_access_log);
-    ao.sample = absl::GetFlag(FLAGS_access_log_sample);
-    metalserve::Metrics* dropped_to = metrics.get();
-    ao.on_dropped = [dropped_to](int64_t n) { dropped_to->AccessLogLinesDropped(n); };
-    access_log = OrDie(metalserve::AccessLog::Create(std::move(ao)), "--access_log");
-  }
+// The access log of --access_log, or null when it is off.
+std::unique_ptr<metalserve::AccessLog> AccessLogFromFlags(metalserve::Metrics* metrics) {
+  if (absl::GetFlag(FLAGS_access_log).empty()) return nullptr;
+  metalserve::AccessLogOptions ao;
+  ao.path = absl::GetFlag(FLAGS_access_log);
+  ao.sample = absl::GetFlag(FLAGS_access_log_sample);
+  ao.on_dropped = [metrics](int64_t n) { metrics->AccessLogLinesDropped(n); };
+  return OrDie(metalserve::AccessLog::Create(std::move(ao)), "--access_log");
+}
 
+// Exits 2, naming the flag, when the options are invalid.
+metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_log,
+                                                 const std::string& version) {
   metalserve::ServerOptions so;
-  so.access_log = access_log.get();
+  so.access_log = access_log;
   so.address = absl::GetFlag(FLAGS_address);
   so.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   so.accept_compression = absl::GetFlag(FLAGS_accept_compression);
@@ -274,9 +264,13 @@ int main(int argc, char** argv) {
   so.tls_client_ca_path = absl::GetFlag(FLAGS_tls_client_ca);
   if (absl::Status s = so.Validate(); !s.ok()) {
     LOG(ERROR) << "flags: " << s;
-    return 2;
+    std::exit(2);
   }
+  return so;
+}
 
+metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOptions& batching,
+                                                   metalserve::Metrics* metrics) {
   metalserve::RuntimeOptions ro;
   ro.model_path = absl::GetFlag(FLAGS_model);
   ro.device = absl::GetFlag(FLAGS_device);
@@ -289,21 +283,25 @@ int main(int argc, char** argv) {
       OrDie(metalserve::ParseInputDtypes(absl::GetFlag(FLAGS_input_dtype)), "--input_dtype");
   ro.channels_last = absl::GetFlag(FLAGS_channels_last);
   ro.optimize = absl::GetFlag(FLAGS_optimize);
-  ro.warmup_batch_sizes = so.batching.allowed_batch_sizes;
+  // Warm up (and verify) at the sizes batches are padded to, or at 1 and the
+  // largest batch.
+  ro.warmup_batch_sizes = batching.allowed_batch_sizes;
   if (ro.warmup_batch_sizes.empty()) {
     ro.warmup_batch_sizes = {1};
-    if (so.batching.max_batch_size > 1) {
-      ro.warmup_batch_sizes.push_back(so.batching.max_batch_size);
-    }
+    if (batching.max_batch_size > 1) ro.warmup_batch_sizes.push_back(batching.max_batch_size);
   }
   ro.empty_cache_every = absl::GetFlag(FLAGS_empty_cache_every);
   ro.empty_cache_interval = absl::GetFlag(FLAGS_empty_cache_interval);
   ro.memory_watermark = absl::GetFlag(FLAGS_memory_watermark);
-  metalserve::Metrics* m = metrics.get();
-  ro.on_cache_clear = [m](absl::string_view trigger, absl::Duration took) {
-    m->CacheCleared(trigger, took);
+  ro.on_cache_clear = [metrics](absl::string_view trigger, absl::Duration took) {
+    metrics->CacheCleared(trigger, took);
   };
+  return ro;
+}
 
+// The start-up banner: version and the effective configuration.
+void LogStart(const std::string& version, const metalserve::RuntimeOptions& ro,
+              const metalserve::ServerOptions& so, const metalserve::MetricsOptions& mo) {
   LOG(INFO) << "metalserve " << version << " starting: model=" << ro.model_path
             << " device=" << ro.device << " threads=" << ro.threads
             << " precision=" << ro.precision << " optimize=" << ro.optimize
@@ -314,18 +312,46 @@ int main(int argc, char** argv) {
             << " executors=" << so.batching.num_executors
             << " address=" << so.address << " metrics_address=" << mo.listen_address
             << " access_log=" << absl::GetFlag(FLAGS_access_log);
+}
 
-  auto runner = LoadModelOrExit(ro, *metrics, dump_path);
-  const metalserve::ModelInfo& info = runner->info();
-  metrics->SetModelTimes(info.load_time, info.warmup_time);
-  metrics->SetBuildInfo(version, info.torch_version, info.device, info.name);
+void LogModel(const metalserve::ModelInfo& info) {
   LOG(INFO) << "model " << info.name << " v" << info.version << " on " << info.device
             << " (torch " << info.torch_version << ", " << info.precision
             << ", optimize=" << info.optimization << ": " << info.optimization_reason
             << "), loaded in " << absl::FormatDuration(info.load_time)
             << ", warmed up in " << absl::FormatDuration(info.warmup_time);
+}
 
-  auto server = OrDie(metalserve::InferenceServer::Start(so, runner.get(), m), "server");
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves one TorchScript model over gRPC (metalserve.v1.Inference, health, "
+      "reflection) behind a dynamic batcher, with Prometheus metrics.\n"
+      "Usage: metalserve [--model=path.pt] [--address=127.0.0.1:8500] ...");
+  metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "server/main.cc");
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  InstallSignalHandlers();
+  const std::string dump_path = absl::GetFlag(FLAGS_metrics_dump);
+  const std::string version = METALSERVE_VERSION;
+
+  const metalserve::MetricsOptions mo = MetricsOptionsFromFlags();
+  auto metrics = OrDie(metalserve::Metrics::Create(mo), "metrics");
+  auto access_log = AccessLogFromFlags(metrics.get());  // outlives the server
+  const metalserve::ServerOptions so = ServerOptionsFromFlags(access_log.get(), version);
+  const metalserve::RuntimeOptions ro = RuntimeOptionsFromFlags(so.batching, metrics.get());
+  LogStart(version, ro, so, mo);
+
+  auto runner = LoadModelOrExit(ro, *metrics, dump_path);
+  const metalserve::ModelInfo& info = runner->info();
+  metrics->SetModelTimes(info.load_time, info.warmup_time);
+  metrics->SetBuildInfo(version, info.torch_version, info.device, info.name);
+  LogModel(info);
+
+  auto server =
+      OrDie(metalserve::InferenceServer::Start(so, runner.get(), metrics.get()), "server");
   LOG(INFO) << "ready: gRPC on " << so.address << ", metrics on "
             << (metrics->port() > 0 ? absl::StrCat("port ", metrics->port()) : "(off)");
 
