@@ -21,6 +21,7 @@
 #include "server/metrics/monitor.h"
 #include "tests/testing/simulated_clock.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/metric_sample.h"
 
 namespace metalserve {
 namespace {
@@ -33,18 +34,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::Optional;
 
-// Value of the sample named exactly `series` (name plus labels, as the text
-// format writes them) in a scrape; nullopt when the series is absent.
-std::optional<double> Sample(const std::string& scrape,
-                             absl::string_view series) {
-  const std::string prefix = absl::StrCat(series, " ");
-  for (absl::string_view line : absl::StrSplit(scrape, '\n')) {
-    if (!absl::StartsWith(line, prefix)) continue;
-    double value;
-    if (absl::SimpleAtod(line.substr(prefix.size()), &value)) return value;
-  }
-  return std::nullopt;
-}
+using ::metalserve::testing::Sample;
 
 MetricsOptions NoListener() {
   MetricsOptions options;

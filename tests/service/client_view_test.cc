@@ -19,6 +19,7 @@
 #include "server/service/status_util.h"
 #include "tests/testing/fake_runner.h"
 #include "tests/testing/fake_runner_server.h"
+#include "tests/testing/metric_sample.h"
 
 namespace metalserve {
 namespace {
@@ -32,16 +33,7 @@ using ::testing::Optional;
 
 constexpr size_t kHuge = 1 << 20;  // 1 MiB of client-supplied name
 
-// Value of the sample named exactly `series` in a scrape; nullopt if absent.
-std::optional<double> Sample(const std::string& scrape, absl::string_view series) {
-  const std::string prefix = absl::StrCat(series, " ");
-  for (absl::string_view line : absl::StrSplit(scrape, '\n')) {
-    if (!absl::StartsWith(line, prefix)) continue;
-    double value;
-    if (absl::SimpleAtod(line.substr(prefix.size()), &value)) return value;
-  }
-  return std::nullopt;
-}
+using ::metalserve::testing::Sample;
 
 std::string PredictCount(absl::string_view code) {
   return absl::StrCat("metalserve_requests_total{code=\"", code,
