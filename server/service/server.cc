@@ -23,17 +23,6 @@ namespace {
 constexpr char kServiceName[] = "metalserve.v1.Inference";
 constexpr char kKServeServiceName[] = "inference.GRPCInferenceService";
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " file '", path, "' cannot be read"));
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     const ServerOptions& o) {
   if (o.tls_cert_path.empty() && o.tls_key_path.empty()) {
@@ -48,11 +37,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   }
   grpc::SslServerCredentialsOptions ssl;
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  ASSIGN_OR_RETURN(pair.private_key, ReadFile(o.tls_key_path, "tls_key"));
-  ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(o.tls_cert_path, "tls_cert"));
+  ASSIGN_OR_RETURN(pair.private_key, ReadTlsFile(o.tls_key_path, "tls_key"));
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadTlsFile(o.tls_cert_path, "tls_cert"));
   ssl.pem_key_cert_pairs.push_back(std::move(pair));
   if (!o.tls_client_ca_path.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(o.tls_client_ca_path, "tls_client_ca"));
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadTlsFile(o.tls_client_ca_path, "tls_client_ca"));
     ssl.client_certificate_request =
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }

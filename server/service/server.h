@@ -84,6 +84,10 @@ struct ServerOptions {
   absl::Status Validate() const;
 };
 
+// The contents of the TLS file at `path` (PEM); INVALID_ARGUMENT naming
+// `flag` and the path when it cannot be read.
+absl::StatusOr<std::string> ReadTlsFile(const std::string& path, absl::string_view flag);
+
 class InferenceServer {
  public:
   static absl::StatusOr<std::unique_ptr<InferenceServer>> Start(

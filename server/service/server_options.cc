@@ -66,16 +66,6 @@ absl::Status ValidateAddress(absl::string_view address) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " file '", path, "' cannot be read"));
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 struct BioDeleter { void operator()(BIO* b) const { BIO_free(b); } };
 struct X509Deleter { void operator()(X509* x) const { X509_free(x); } };
@@ -92,7 +82,7 @@ int NoPassphrase(char*, int, int, void*) { return 0; }
 // The first certificate in `path`, or INVALID_ARGUMENT.
 absl::StatusOr<std::unique_ptr<X509, X509Deleter>> ParseCert(
     const std::string& path, absl::string_view flag) {
-  ASSIGN_OR_RETURN(const std::string pem, ReadPem(path, flag));
+  ASSIGN_OR_RETURN(const std::string pem, ReadTlsFile(path, flag));
   Bio bio = MemBio(pem);
   std::unique_ptr<X509, X509Deleter> cert(
       PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr));
@@ -115,7 +105,7 @@ absl::Status ValidateTls(const ServerOptions& o) {
     return absl::InvalidArgumentError("tls_cert and tls_key must be given together");
   }
   ASSIGN_OR_RETURN(auto cert, ParseCert(o.tls_cert_path, "tls_cert"));
-  ASSIGN_OR_RETURN(const std::string key_pem, ReadPem(o.tls_key_path, "tls_key"));
+  ASSIGN_OR_RETURN(const std::string key_pem, ReadTlsFile(o.tls_key_path, "tls_key"));
   Bio bio = MemBio(key_pem);
   std::unique_ptr<EVP_PKEY, KeyDeleter> key(
       PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr));
@@ -163,6 +153,17 @@ absl::Status ServerOptions::Validate() const {
 int64_t ServerOptions::MemoryQuotaBytes() const {
   if (memory_quota_bytes > 0) return memory_quota_bytes;
   return std::max<int64_t>(int64_t{256} << 20, 4 * max_message_bytes);
+}
+
+absl::StatusOr<std::string> ReadTlsFile(const std::string& path, absl::string_view flag) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " file '", path, "' cannot be read"));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace metalserve
