@@ -252,11 +252,15 @@ class ScaleOut(unittest.TestCase):
                         if s is not victim)
         victim_moved = victim_last - before[1]
         self.assertGreater(victim_moved, 0, "the victim never served")
-        # The victim's true count is at most victim_moved + victim_inflight;
-        # calls it answered after its last scrape were not retried, so they
-        # are in neither survivors nor victim_moved.
+        # Calls the victim answered after its last scrape were not retried,
+        # so they are in neither survivors nor victim_moved: those in flight
+        # at the scrape, and any of the client's CONCURRENCY calls that
+        # started and finished between the scrape and the kill (a window of
+        # a few ms that a loaded 2-core CI machine can stretch). The client's
+        # own count above (every call OK, no error) is the no-loss check;
+        # this one checks the servers' counts agree with it within that.
         self.assertGreaterEqual(
-            survivors + victim_moved + victim_inflight, N_FAILOVER,
+            survivors + victim_moved + victim_inflight + CONCURRENCY, N_FAILOVER,
             f"servers answered {survivors} (survivors) + >= {victim_moved} "
             f"(killed, {victim_inflight} in flight) OK calls for "
             f"{N_FAILOVER} sent")
