@@ -34,9 +34,14 @@ if [[ $step == run || $step == all ]]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:detect_odr_violation=0}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:exitcode=66:second_deadlock_stack=1:suppressions=$here/tsan.supp}
-  # A sanitizer report fails the run. A test that fails an assertion with no
-  # sanitizer report (timing-sensitive tests run slower here) is re-run once
-  # alone; it fails the run only if it fails again. Retries are listed.
+  # A sanitizer report fails the run, and so does any failed assertion,
+  # except in the binaries below: their tests measure real time (closed- and
+  # open-loop rates of the load generator, with tolerance bands) and run
+  # several times slower under a sanitizer. A failed case there, with no
+  # sanitizer report, is re-run once alone and fails the run only if it
+  # fails again; such retries are listed. (The load generator has no clock
+  # seam yet; with one, this list goes.)
+  retry_ok=" client_loadgen_test client_cli_test "
   report_re='ERROR: AddressSanitizer|ERROR: LeakSanitizer|WARNING: ThreadSanitizer|runtime error:'
   failed=() retried=()
   log=$(mktemp)
@@ -50,7 +55,7 @@ if [[ $step == run || $step == all ]]; then
     cat "$log"
     if grep -qE "$report_re" "$log"; then failed+=("$t (sanitizer report)"); continue; fi
     cases=$(grep -oE '^\[  FAILED  \] [A-Za-z0-9_/.]+ \(' "$log" | awk '{print $4}' | paste -sd: -)
-    if [[ -z $cases ]]; then failed+=("$t"); continue; fi
+    if [[ -z $cases || $retry_ok != *" $t "* ]]; then failed+=("$t"); continue; fi
     echo "=== $mode: $t: re-running $cases once"
     if (cd "$(dirname "$bin")" && timeout 600 "$bin" --gtest_brief=1 --gtest_filter="$cases") >"$log" 2>&1 \
         && ! grep -qE "$report_re" "$log"; then
