@@ -16,19 +16,21 @@
 // ModelStatistics reports counts and cumulative times kept by this service
 // (requests of the native API are not counted there).
 //
+// The tensor decoding and encoding live in kserve_codec.h, the statistics in
+// kserve_statistics.h.
+//
 // Ownership: does not own the runner, batcher or metrics; they must outlive
-// the gRPC server the service is registered with. Thread-safety: the handlers
-// are called concurrently by gRPC; SetReady() may be called from any thread.
+// the gRPC server the service is registered with. Owns its statistics.
+// Thread-safety: the handlers are called concurrently by gRPC; SetReady() may
+// be called from any thread. Destruction: nothing to stop; the gRPC server
+// must have been shut down first (its tasks point into the service).
 #ifndef METALSERVE_SERVER_SERVICE_KSERVE_SERVICE_H_
 #define METALSERVE_SERVER_SERVICE_KSERVE_SERVICE_H_
 
 #include <atomic>
-#include <cstdint>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/batcher/batcher.h"
@@ -37,38 +39,10 @@
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/access_log.h"
+#include "server/service/kserve_codec.h"  // KServeDatatype, DTypeFromKServe
+#include "server/service/kserve_statistics.h"
 
 namespace metalserve {
-
-// The specification's datatype string for `dtype` ("FP32", "BF16", ...);
-// empty for kInvalid.
-absl::string_view KServeDatatype(DType dtype);
-// The inverse; kInvalid for a string this server does not serve.
-DType DTypeFromKServe(absl::string_view datatype);
-
-// Cumulative statistics of one model's ModelInfer requests. Thread-safe.
-class KServeStatistics {
- public:
-  struct Snapshot {
-    int64_t success_count = 0;
-    int64_t success_ns = 0;  // whole request, admission to answer
-    int64_t fail_count = 0;
-    int64_t fail_ns = 0;
-    int64_t queue_ns = 0;    // successful requests, batcher wait
-    int64_t compute_ns = 0;  // successful requests, their batch's run
-    int64_t rows = 0;        // rows of successful requests
-    int64_t last_success_ms = 0;  // Unix ms; 0 before the first success
-  };
-
-  void RecordSuccess(int64_t rows, absl::Duration total, absl::Duration queue,
-                     absl::Duration compute, absl::Time now);
-  void RecordFailure(absl::Duration total);
-  Snapshot Get() const;
-
- private:
-  mutable absl::Mutex mu_;
-  Snapshot s_ ABSL_GUARDED_BY(mu_);
-};
 
 // ModelInfer takes its body as raw bytes (see raw_call.h): a full queue is
 // refused before the body is parsed, a body that does not parse is answered

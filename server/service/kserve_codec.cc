@@ -1,0 +1,236 @@
+#include "server/service/kserve_codec.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/service/status_util.h"
+
+namespace metalserve {
+
+using inference::InferTensorContents;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+
+namespace {
+
+struct DatatypeName {
+  DType dtype;
+  absl::string_view name;
+};
+constexpr DatatypeName kDatatypes[] = {
+    {DType::kFloat32, "FP32"}, {DType::kFloat16, "FP16"},
+    {DType::kBFloat16, "BF16"}, {DType::kFloat64, "FP64"},
+    {DType::kInt64, "INT64"},  {DType::kInt32, "INT32"},
+    {DType::kUInt8, "UINT8"},  {DType::kInt8, "INT8"},
+    {DType::kBool, "BOOL"},
+};
+
+std::string Datatypes() {
+  return absl::StrJoin(kDatatypes, ", ", [](std::string* out, const DatatypeName& d) {
+    out->append(d.name.data(), d.name.size());
+  });
+}
+
+// Appends `values` to `out` as `T`, refusing any outside T's range.
+template <typename T, typename Values>
+absl::Status AppendAs(const Values& values, const std::string& field,
+                      std::string* out) {
+  out->reserve(out->size() + values.size() * sizeof(T));
+  for (int i = 0; i < values.size(); ++i) {
+    const auto v = values.Get(i);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, "[", i, "] = ", v, " is out of range for the datatype"));
+      }
+    }
+    const T t = static_cast<T>(v);
+    out->append(reinterpret_cast<const char*>(&t), sizeof(T));
+  }
+  return absl::OkStatus();
+}
+
+// Number of values set in `c`, and the name of the first field holding any.
+int CountSetFields(const InferTensorContents& c, std::string* which) {
+  int n = 0;
+  auto note = [&](int size, const char* name) {
+    if (size > 0) {
+      if (n++ == 0) *which = name;
+    }
+  };
+  note(c.bool_contents_size(), "bool_contents");
+  note(c.int_contents_size(), "int_contents");
+  note(c.int64_contents_size(), "int64_contents");
+  note(c.uint_contents_size(), "uint_contents");
+  note(c.uint64_contents_size(), "uint64_contents");
+  note(c.fp32_contents_size(), "fp32_contents");
+  note(c.fp64_contents_size(), "fp64_contents");
+  note(c.bytes_contents_size(), "bytes_contents");
+  return n;
+}
+
+// Typed contents of input `i` as little-endian bytes of `dtype`.
+absl::Status ContentsToBytes(const ModelInferRequest::InferInputTensor& in,
+                             DType dtype, int i, std::string* out) {
+  const std::string f =
+      absl::StrCat("inputs[", i, "] ('", ClientText(in.name()), "').contents");
+  const InferTensorContents& c = in.contents();
+  std::string which;
+  const int set = CountSetFields(c, &which);
+  const char* want = nullptr;
+  absl::Status s;
+  switch (dtype) {
+    case DType::kFloat32: want = "fp32_contents"; s = AppendAs<float>(c.fp32_contents(), f + ".fp32_contents", out); break;
+    case DType::kFloat64: want = "fp64_contents"; s = AppendAs<double>(c.fp64_contents(), f + ".fp64_contents", out); break;
+    case DType::kInt64: want = "int64_contents"; s = AppendAs<int64_t>(c.int64_contents(), f + ".int64_contents", out); break;
+    case DType::kInt32: want = "int_contents"; s = AppendAs<int32_t>(c.int_contents(), f + ".int_contents", out); break;
+    case DType::kInt8: want = "int_contents"; s = AppendAs<int8_t>(c.int_contents(), f + ".int_contents", out); break;
+    case DType::kUInt8: want = "uint_contents"; s = AppendAs<uint8_t>(c.uint_contents(), f + ".uint_contents", out); break;
+    case DType::kBool: want = "bool_contents"; s = AppendAs<bool>(c.bool_contents(), f + ".bool_contents", out); break;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inputs[", i, "] ('", ClientText(in.name()), "').datatype ",
+          ClientText(in.datatype()),
+          " has no typed contents field; send it in raw_input_contents"));
+    case DType::kInvalid:
+      break;
+  }
+  if (set > 1 || (set == 1 && which != want)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f, ".", which, " is set; datatype ", ClientText(in.datatype()), " takes ", want,
+        set > 1 ? " only (several contents fields are set)" : ""));
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::string_view KServeDatatype(DType dtype) {
+  for (const DatatypeName& d : kDatatypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return "";
+}
+
+DType DTypeFromKServe(absl::string_view datatype) {
+  for (const DatatypeName& d : kDatatypes) {
+    if (d.name == datatype) return d.dtype;
+  }
+  return DType::kInvalid;
+}
+
+inference::DataType KServeConfigType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return inference::TYPE_FP32;
+    case DType::kFloat16: return inference::TYPE_FP16;
+    case DType::kBFloat16: return inference::TYPE_BF16;
+    case DType::kFloat64: return inference::TYPE_FP64;
+    case DType::kInt64: return inference::TYPE_INT64;
+    case DType::kInt32: return inference::TYPE_INT32;
+    case DType::kUInt8: return inference::TYPE_UINT8;
+    case DType::kInt8: return inference::TYPE_INT8;
+    case DType::kBool: return inference::TYPE_BOOL;
+    case DType::kInvalid: break;
+  }
+  return inference::TYPE_INVALID;
+}
+
+// Decodes the request's inputs; `storage` receives bytes converted from
+// typed contents (views point into it or into `request`).
+absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
+    const ModelInferRequest& request, std::vector<std::string>* storage) {
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raw_input_contents has ", request.raw_input_contents_size(),
+        " entries but inputs has ", request.inputs_size(),
+        "; give one entry per input, in the order of inputs"));
+  }
+  storage->resize(raw ? 0 : request.inputs_size());
+  std::vector<RawInput> out;
+  out.reserve(request.inputs_size());
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const auto& t = request.inputs(i);
+    RawInput in;
+    in.name = t.name();
+    in.dtype = DTypeFromKServe(t.datatype());
+    in.dtype_label = t.datatype();
+    if (in.dtype == DType::kInvalid) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inputs[", i, "] ('", ClientText(t.name()), "').datatype '",
+          ClientText(t.datatype()),
+          "' is not supported; use one of ", Datatypes()));
+    }
+    in.shape.assign(t.shape().begin(), t.shape().end());
+    if (raw) {
+      std::string which;
+      if (t.has_contents() && CountSetFields(t.contents(), &which) > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "inputs[", i, "] ('", ClientText(t.name()), "').contents.", which,
+            " is set together with raw_input_contents; use one or the other"));
+      }
+      in.data = request.raw_input_contents(i);
+    } else {
+      std::string& bytes = (*storage)[i];
+      absl::Status s = ContentsToBytes(t, in.dtype, i, &bytes);
+      if (!s.ok()) return s;
+      in.data = bytes;
+    }
+    out.push_back(std::move(in));
+  }
+  return out;
+}
+
+// Indices into the model's outputs of the outputs the request asks for
+// (all of them when it names none).
+absl::StatusOr<std::vector<size_t>> SelectKServeOutputs(
+    const ModelInferRequest& request, const std::vector<TensorSpec>& specs) {
+  std::vector<size_t> picked;
+  if (request.outputs_size() == 0) {
+    for (size_t s = 0; s < specs.size(); ++s) picked.push_back(s);
+    return picked;
+  }
+  for (int i = 0; i < request.outputs_size(); ++i) {
+    const std::string& name = request.outputs(i).name();
+    size_t s = 0;
+    while (s < specs.size() && specs[s].name != name) ++s;
+    if (s == specs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "outputs[", i, "].name '", ClientText(name),
+          "' is not an output of the model; expected ",
+          absl::StrJoin(specs, ", ", [](std::string* o, const TensorSpec& t) {
+            absl::StrAppend(o, "'", t.name, "'");
+          })));
+    }
+    for (size_t p : picked) {
+      if (p == s) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "outputs[", i, "].name '", ClientText(name), "' appears more than once"));
+      }
+    }
+    picked.push_back(s);
+  }
+  return picked;
+}
+
+void EncodeKServeOutputs(std::vector<Tensor>& outputs,
+                         const std::vector<size_t>& selected,
+                         ModelInferResponse* response) {
+  for (size_t s : selected) {
+    Tensor& o = outputs[s];
+    auto* t = response->add_outputs();
+    t->set_name(o.name);
+    t->set_datatype(std::string(KServeDatatype(o.dtype)));
+    for (int64_t d : o.shape) t->add_shape(d);
+    *response->add_raw_output_contents() = std::move(o.data);
+  }
+}
+
+}  // namespace metalserve

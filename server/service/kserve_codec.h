@@ -1,0 +1,60 @@
+// KServe v2 (Open Inference Protocol) tensors <-> the project's tensor types:
+// the datatype table, ModelInferRequest inputs (raw_input_contents or typed
+// `contents`) -> RawInput, the request's output selection, and the encoding
+// of the model's outputs into a ModelInferResponse.
+//
+// Free functions with no state: thread-safe. Ownership: a decoded RawInput
+// holds a string_view into the request (raw_input_contents) or into the
+// caller's `storage` (bytes converted from typed contents); the caller keeps
+// both alive as long as the inputs are used (the KServe task owns them until
+// its RPC finishes). Nothing here keeps a pointer past the call.
+#ifndef METALSERVE_SERVER_SERVICE_KSERVE_CODEC_H_
+#define METALSERVE_SERVER_SERVICE_KSERVE_CODEC_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "inference/grpc_service.pb.h"
+#include "server/common/tensor.h"
+#include "server/runtime/runner.h"
+#include "server/service/tensor_codec.h"
+
+namespace metalserve {
+
+// The specification's datatype string for `dtype` ("FP32", "BF16", ...);
+// empty for kInvalid.
+absl::string_view KServeDatatype(DType dtype);
+// The inverse; kInvalid for a string this server does not serve.
+DType DTypeFromKServe(absl::string_view datatype);
+// The model configuration's enum for `dtype` (ModelConfig); TYPE_INVALID
+// for kInvalid.
+inference::DataType KServeConfigType(DType dtype);
+
+// Decodes the request's inputs, not yet validated against the model.
+// `storage` receives the bytes converted from typed contents (one entry per
+// input; empty when the request uses raw_input_contents); the views point
+// into it or into `request`. INVALID_ARGUMENT naming the field and value for
+// an unknown datatype, a raw_input_contents count that does not match the
+// inputs, raw and typed contents mixed, the wrong or several contents fields
+// set, or a value out of its datatype's range.
+absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
+    const inference::ModelInferRequest& request, std::vector<std::string>* storage);
+
+// Indices into `specs` (the model's outputs) of the outputs the request asks
+// for, in the request's order; all of them, in the model's order, when it
+// names none. INVALID_ARGUMENT naming outputs[i].name for a name that is not
+// an output of the model or one named twice.
+absl::StatusOr<std::vector<size_t>> SelectKServeOutputs(
+    const inference::ModelInferRequest& request, const std::vector<TensorSpec>& specs);
+
+// Appends the outputs picked by `selected` to `response` as
+// raw_output_contents, moving their bytes out of `outputs`.
+void EncodeKServeOutputs(std::vector<Tensor>& outputs,
+                         const std::vector<size_t>& selected,
+                         inference::ModelInferResponse* response);
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_SERVICE_KSERVE_CODEC_H_
