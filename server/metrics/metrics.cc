@@ -1,175 +1,38 @@
 #include "server/metrics/metrics.h"
 
-#include <algorithm>
-#include <array>
-#include <cmath>
 #include <exception>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
-#include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
-#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "server/common/status_macros.h"
 #include "server/metrics/http_listener.h"
+#include "server/metrics/metrics_families.h"
 #include "server/metrics/monitor.h"
 
 namespace metalserve {
 namespace {
 
-using prometheus::Counter;
+using metrics_internal::BatchFamilies;
+using metrics_internal::CodeIndex;
+using metrics_internal::MethodSeries;
+using metrics_internal::MonitorCollectable;
+using metrics_internal::RequestFamilies;
+using metrics_internal::RuntimeFamilies;
+using metrics_internal::ServerFamilies;
+using metrics_internal::TriggerSeries;
 using prometheus::Family;
 using prometheus::Gauge;
-using prometheus::Histogram;
-
-constexpr int kNumCodes = 17;  // absl::StatusCode / grpc::StatusCode 0..16
-constexpr int kMaxLearnedLabelValues = 16;
-constexpr char kOverflowLabelValue[] = "other";
-
-// 1-2.5-5 per decade from 100 us to 10 s.
-Histogram::BucketBoundaries LatencyBuckets() {
-  Histogram::BucketBoundaries b;
-  for (double decade = 1e-4; decade < 10; decade *= 10) {
-    b.push_back(decade);
-    b.push_back(decade * 2.5);
-    b.push_back(decade * 5);
-  }
-  b.push_back(10);
-  return b;
-}
-
-// Powers of two, 1..1024 rows: allowed batch sizes are usually among them.
-Histogram::BucketBoundaries RowBuckets() {
-  Histogram::BucketBoundaries b;
-  for (double rows = 1; rows <= 1024; rows *= 2) b.push_back(rows);
-  return b;
-}
-
-int CodeIndex(absl::StatusCode code) {
-  const int i = static_cast<int>(code);
-  return (i >= 0 && i < kNumCodes) ? i
-                                   : static_cast<int>(absl::StatusCode::kUnknown);
-}
-
-// The children of one family for one label: values known up front are
-// created at construction and found by a short linear scan with no lock;
-// others are learned under a mutex, at most kMaxLearnedLabelValues of them,
-// and the rest share the "other" child. `T` is a small value type of
-// pointers into the family (owned by the registry).
-//
-// Thread-safety: Get() is thread-safe. The factory runs under mu_ and must
-// not call back into this object.
-template <typename T>
-class BoundedChildren {
- public:
-  using Factory = std::function<T(const std::string& value)>;
-
-  BoundedChildren(const std::vector<std::string>& known, Factory factory)
-      : factory_(std::move(factory)) {
-    for (const std::string& value : known) {
-      known_.emplace_back(value, factory_(value));
-    }
-  }
-
-  const T& Get(absl::string_view value) {
-    for (const auto& [name, child] : known_) {
-      if (name == value) return child;
-    }
-    {
-      absl::ReaderMutexLock lock(&mu_);
-      auto it = learned_.find(value);
-      if (it != learned_.end()) return it->second;
-    }
-    absl::MutexLock lock(&mu_);
-    auto it = learned_.find(value);
-    if (it != learned_.end()) return it->second;
-    std::string key(value);
-    if (learned_.size() >= kMaxLearnedLabelValues) key = kOverflowLabelValue;
-    it = learned_.find(key);
-    if (it == learned_.end()) {
-      it = learned_.emplace(key, factory_(key)).first;
-    }
-    return it->second;
-  }
-
- private:
-  const Factory factory_;
-  std::vector<std::pair<std::string, T>> known_;  // immutable after the ctor
-  absl::Mutex mu_;
-  // node_hash_map: references handed out stay valid across inserts.
-  absl::node_hash_map<std::string, T> learned_ ABSL_GUARDED_BY(mu_);
-};
-
-struct MethodSeries {
-  std::array<Counter*, kNumCodes> requests{};
-  Histogram* duration = nullptr;
-};
-
-struct TriggerSeries {
-  Counter* clears = nullptr;
-  Histogram* duration = nullptr;
-};
-
-// Exposes the rolling monitor as gauges computed at collection time, so the
-// hot path never sorts the window.
-class MonitorCollectable final : public prometheus::Collectable {
- public:
-  explicit MonitorCollectable(const RollingMonitor* monitor)
-      : monitor_(monitor) {}
-
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    const MonitorSnapshot s = monitor_->Snapshot();
-    std::vector<prometheus::MetricFamily> families;
-    families.push_back(Single("metalserve_monitor_latency_p50_seconds",
-                              "Median request latency over the rolling "
-                              "monitor window.",
-                              s.p50_seconds));
-    families.push_back(Single("metalserve_monitor_latency_p95_seconds",
-                              "95th percentile request latency over the "
-                              "rolling monitor window.",
-                              s.p95_seconds));
-    families.push_back(Single("metalserve_monitor_latency_mean_seconds",
-                              "Mean request latency over the rolling monitor "
-                              "window.",
-                              s.mean_seconds));
-    families.push_back(Single("metalserve_monitor_error_ratio",
-                              "Share of requests in the rolling monitor window "
-                              "that failed on the server's side (codes other "
-                              "than OK and the caller's errors).",
-                              s.error_ratio));
-    families.push_back(Single("metalserve_monitor_caller_error_ratio",
-                              "Share of requests in the rolling monitor window "
-                              "refused for the caller's error (INVALID_ARGUMENT, "
-                              "NOT_FOUND, CANCELLED, FAILED_PRECONDITION, "
-                              "OUT_OF_RANGE).",
-                              s.caller_error_ratio));
-    families.push_back(Single("metalserve_monitor_window_requests",
-                              "Requests currently in the rolling monitor "
-                              "window.",
-                              static_cast<double>(s.count)));
-    return families;
-  }
-
- private:
-  static prometheus::MetricFamily Single(const char* name, const char* help,
-                                         double value) {
-    prometheus::ClientMetric metric;
-    metric.gauge.value = value;
-    return {name, help, prometheus::MetricType::Gauge, {metric}};
-  }
-
-  const RollingMonitor* const monitor_;
-};
 
 absl::Status ValidateOptions(const MetricsOptions& options) {
   if (options.monitor_window < 1) {
@@ -227,7 +90,7 @@ class MetricsImpl final : public Metrics {
                        absl::Duration latency) override;
   void QueueWait(absl::Duration wait) override;
   void AccessLogLinesDropped(int64_t lines) override {
-    access_log_dropped_.Increment(static_cast<double>(lines));
+    server_.access_log_dropped.Increment(static_cast<double>(lines));
   }
   void BatchCompleted(int64_t rows, int64_t padding_rows,
                       absl::string_view reason,
@@ -260,29 +123,12 @@ class MetricsImpl final : public Metrics {
   RollingMonitor monitor_;
   const std::shared_ptr<MonitorCollectable> monitor_collectable_;
 
-  Family<Counter>& requests_family_;
-  Family<Histogram>& request_duration_family_;
-  Family<Counter>& batches_family_;
-  Family<Counter>& cache_clears_family_;
-  Family<Histogram>& cache_clear_duration_family_;
-  Family<Gauge>& device_memory_family_;
-  Family<Gauge>& resident_family_;
-  Family<Gauge>& build_info_family_;
-
-  BoundedChildren<MethodSeries> methods_;
-  BoundedChildren<Counter*> batch_reasons_;
-  BoundedChildren<TriggerSeries> cache_triggers_;
-
-  Histogram& queue_duration_;
-  Histogram& compute_duration_;
-  Histogram& batch_rows_;
-  Counter& padding_rows_;
-  Counter& access_log_dropped_;
-  Gauge& queue_depth_;
-  Gauge& inflight_;
-  Gauge& model_load_;
-  Gauge& model_warmup_;
-  Gauge& ready_;
+  // The families, one group per edge (metrics_families.h); all live in
+  // registry_, declared above them.
+  RequestFamilies requests_;
+  BatchFamilies batches_;
+  RuntimeFamilies runtime_;
+  ServerFamilies server_;
 
   // Guards the series that come and go: memory figures and build info.
   absl::Mutex slow_mu_;
@@ -306,131 +152,10 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
       registry_(std::make_shared<prometheus::Registry>()),
       monitor_(options.monitor_window, options.monitor_max_age, clock_),
       monitor_collectable_(std::make_shared<MonitorCollectable>(&monitor_)),
-      requests_family_(prometheus::BuildCounter()
-                           .Name("metalserve_requests_total")
-                           .Help("RPCs finished, by method and gRPC code.")
-                           .Register(*registry_)),
-      request_duration_family_(
-          prometheus::BuildHistogram()
-              .Name("metalserve_request_duration_seconds")
-              .Help("RPC latency from arrival to finish, by method.")
-              .Register(*registry_)),
-      batches_family_(prometheus::BuildCounter()
-                          .Name("metalserve_batches_total")
-                          .Help("Batches run, by the reason the batch closed.")
-                          .Register(*registry_)),
-      cache_clears_family_(prometheus::BuildCounter()
-                               .Name("metalserve_cache_clears_total")
-                               .Help("Device cache clears, by trigger.")
-                               .Register(*registry_)),
-      cache_clear_duration_family_(
-          prometheus::BuildHistogram()
-              .Name("metalserve_cache_clear_duration_seconds")
-              .Help("Time one device cache clear took, by trigger.")
-              .Register(*registry_)),
-      device_memory_family_(
-          prometheus::BuildGauge()
-              .Name("metalserve_device_memory_bytes")
-              .Help("Device memory as the runtime reports it: allocated by "
-                    "tensors, reserved by the allocator or driver, and the "
-                    "limit (high watermark).")
-              .Register(*registry_)),
-      resident_family_(prometheus::BuildGauge()
-                           .Name("metalserve_process_resident_memory_bytes")
-                           .Help("Resident set size of the server process.")
-                           .Register(*registry_)),
-      build_info_family_(prometheus::BuildGauge()
-                             .Name("metalserve_build_info")
-                             .Help("Always 1; labels name the server version, "
-                                   "torch version, device and model.")
-                             .Register(*registry_)),
-      methods_({"Predict", "GetModelMetadata"},
-               [this](const std::string& method) {
-                 MethodSeries s;
-                 for (int i = 0; i < kNumCodes; ++i) {
-                   s.requests[i] = &requests_family_.Add(
-                       {{"method", method},
-                        {"code", absl::StatusCodeToString(
-                                     static_cast<absl::StatusCode>(i))}});
-                 }
-                 s.duration = &request_duration_family_.Add(
-                     {{"method", method}}, LatencyBuckets());
-                 return s;
-               }),
-      batch_reasons_({"full", "delay_expired"},
-                     [this](const std::string& reason) {
-                       return &batches_family_.Add({{"reason", reason}});
-                     }),
-      cache_triggers_({"every_n", "interval", "watermark", "oom"},
-                      [this](const std::string& trigger) {
-                        return TriggerSeries{
-                            &cache_clears_family_.Add({{"trigger", trigger}}),
-                            &cache_clear_duration_family_.Add(
-                                {{"trigger", trigger}}, LatencyBuckets())};
-                      }),
-      queue_duration_(
-          prometheus::BuildHistogram()
-              .Name("metalserve_queue_duration_seconds")
-              .Help("Time a request waited in the batcher queue.")
-              .Register(*registry_)
-              .Add({}, LatencyBuckets())),
-      compute_duration_(
-          prometheus::BuildHistogram()
-              .Name("metalserve_compute_duration_seconds")
-              .Help("Time of one batch's forward pass, copies included.")
-              .Register(*registry_)
-              .Add({}, LatencyBuckets())),
-      batch_rows_(prometheus::BuildHistogram()
-                      .Name("metalserve_batch_size_rows")
-                      .Help("Request rows per batch, padding excluded.")
-                      .Register(*registry_)
-                      .Add({}, RowBuckets())),
-      padding_rows_(prometheus::BuildCounter()
-                        .Name("metalserve_batch_padding_rows_total")
-                        .Help("Rows added to batches to reach an allowed "
-                              "batch size.")
-                        .Register(*registry_)
-                        .Add({})),
-      access_log_dropped_(prometheus::BuildCounter()
-                              .Name("metalserve_access_log_dropped_lines_total")
-                              .Help("Access log lines dropped because the "
-                                    "writer's queue was full.")
-                              .Register(*registry_)
-                              .Add({})),
-      queue_depth_(prometheus::BuildGauge()
-                       .Name("metalserve_queue_depth_rows")
-                       .Help("Rows waiting in the batcher queue.")
-                       .Register(*registry_)
-                       .Add({})),
-      inflight_(prometheus::BuildGauge()
-                    .Name("metalserve_inflight_requests")
-                    .Help("RPCs started and not yet finished.")
-                    .Register(*registry_)
-                    .Add({})),
-      model_load_(prometheus::BuildGauge()
-                      .Name("metalserve_model_load_duration_seconds")
-                      .Help("Time the model took to load.")
-                      .Register(*registry_)
-                      .Add({})),
-      model_warmup_(prometheus::BuildGauge()
-                        .Name("metalserve_model_warmup_duration_seconds")
-                        .Help("Time the model warm-up took.")
-                        .Register(*registry_)
-                        .Add({})),
-      ready_(prometheus::BuildGauge()
-                 .Name("metalserve_ready")
-                 .Help("1 when the server accepts Predict calls, else 0.")
-                 .Register(*registry_)
-                 .Add({})) {
-  if (options.queue_capacity_rows > 0) {
-    prometheus::BuildGauge()
-        .Name("metalserve_queue_capacity_rows")
-        .Help("Rows the batcher queue holds before refusing requests.")
-        .Register(*registry_)
-        .Add({})
-        .Set(static_cast<double>(options.queue_capacity_rows));
-  }
-}
+      requests_(*registry_),
+      batches_(*registry_, options.queue_capacity_rows),
+      runtime_(*registry_),
+      server_(*registry_) {}
 
 MetricsImpl::~MetricsImpl() {
   listener_.reset();
@@ -471,34 +196,34 @@ std::string MetricsImpl::Scrape() const {
 }
 
 void MetricsImpl::RequestStarted(absl::string_view /*method*/) {
-  inflight_.Increment();
+  requests_.inflight.Increment();
 }
 
 void MetricsImpl::RequestFinished(absl::string_view method,
                                   absl::StatusCode code,
                                   absl::Duration latency) {
-  const MethodSeries& series = methods_.Get(method);
+  const MethodSeries& series = requests_.methods.Get(method);
   series.requests[CodeIndex(code)]->Increment();
   series.duration->Observe(absl::ToDoubleSeconds(latency));
-  inflight_.Decrement();
+  requests_.inflight.Decrement();
   monitor_.Record(latency, code);
 }
 
 void MetricsImpl::QueueWait(absl::Duration wait) {
-  queue_duration_.Observe(absl::ToDoubleSeconds(wait));
+  batches_.queue_duration.Observe(absl::ToDoubleSeconds(wait));
 }
 
 void MetricsImpl::BatchCompleted(int64_t rows, int64_t padding_rows,
                                  absl::string_view reason,
                                  absl::Duration compute) {
-  batch_rows_.Observe(static_cast<double>(rows));
-  if (padding_rows > 0) padding_rows_.Increment(static_cast<double>(padding_rows));
-  batch_reasons_.Get(reason)->Increment();
-  compute_duration_.Observe(absl::ToDoubleSeconds(compute));
+  batches_.rows.Observe(static_cast<double>(rows));
+  if (padding_rows > 0) batches_.padding_rows.Increment(static_cast<double>(padding_rows));
+  batches_.reasons.Get(reason)->Increment();
+  batches_.compute_duration.Observe(absl::ToDoubleSeconds(compute));
 }
 
 void MetricsImpl::SetQueueDepth(int64_t rows) {
-  queue_depth_.Set(static_cast<double>(rows));
+  batches_.queue_depth.Set(static_cast<double>(rows));
 }
 
 void MetricsImpl::SetOptionalGauge(Family<Gauge>& family, Gauge*& child,
@@ -515,25 +240,25 @@ void MetricsImpl::SetOptionalGauge(Family<Gauge>& family, Gauge*& child,
 
 void MetricsImpl::SetMemory(const MemoryFigures& memory) {
   absl::MutexLock lock(&slow_mu_);
-  SetOptionalGauge(device_memory_family_, allocated_, {{"kind", "allocated"}},
+  SetOptionalGauge(runtime_.device_memory, allocated_, {{"kind", "allocated"}},
                    memory.allocated_bytes);
-  SetOptionalGauge(device_memory_family_, reserved_, {{"kind", "reserved"}},
+  SetOptionalGauge(runtime_.device_memory, reserved_, {{"kind", "reserved"}},
                    memory.reserved_bytes);
-  SetOptionalGauge(device_memory_family_, limit_, {{"kind", "limit"}},
+  SetOptionalGauge(runtime_.device_memory, limit_, {{"kind", "limit"}},
                    memory.limit_bytes);
-  SetOptionalGauge(resident_family_, resident_, {}, memory.resident_bytes);
+  SetOptionalGauge(runtime_.resident, resident_, {}, memory.resident_bytes);
 }
 
 void MetricsImpl::CacheCleared(absl::string_view trigger,
                                absl::Duration duration) {
-  const TriggerSeries& series = cache_triggers_.Get(trigger);
+  const TriggerSeries& series = runtime_.triggers.Get(trigger);
   series.clears->Increment();
   series.duration->Observe(absl::ToDoubleSeconds(duration));
 }
 
 void MetricsImpl::SetModelTimes(absl::Duration load, absl::Duration warmup) {
-  model_load_.Set(absl::ToDoubleSeconds(load));
-  model_warmup_.Set(absl::ToDoubleSeconds(warmup));
+  runtime_.model_load.Set(absl::ToDoubleSeconds(load));
+  runtime_.model_warmup.Set(absl::ToDoubleSeconds(warmup));
 }
 
 void MetricsImpl::SetBuildInfo(absl::string_view version,
@@ -541,8 +266,8 @@ void MetricsImpl::SetBuildInfo(absl::string_view version,
                                absl::string_view device,
                                absl::string_view model) {
   absl::MutexLock lock(&slow_mu_);
-  if (build_info_ != nullptr) build_info_family_.Remove(build_info_);
-  build_info_ = &build_info_family_.Add({{"version", std::string(version)},
+  if (build_info_ != nullptr) server_.build_info.Remove(build_info_);
+  build_info_ = &server_.build_info.Add({{"version", std::string(version)},
                                          {"torch_version",
                                           std::string(torch_version)},
                                          {"device", std::string(device)},
@@ -550,7 +275,7 @@ void MetricsImpl::SetBuildInfo(absl::string_view version,
   build_info_->Set(1);
 }
 
-void MetricsImpl::SetReady(bool ready) { ready_.Set(ready ? 1 : 0); }
+void MetricsImpl::SetReady(bool ready) { server_.ready.Set(ready ? 1 : 0); }
 
 bool MetricsImpl::WaitForLogTime(absl::Time t) {
   absl::MutexLock lock(&log_mu_);

@@ -1,0 +1,186 @@
+#include "server/metrics/metrics_families.h"
+
+namespace metalserve {
+namespace metrics_internal {
+namespace {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+// One unlabelled child of a new family.
+Gauge& SingleGauge(prometheus::Registry& registry, const char* name, const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+}
+
+Counter& SingleCounter(prometheus::Registry& registry, const char* name,
+                       const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
+Histogram& SingleHistogram(prometheus::Registry& registry, const char* name,
+                           const char* help, Histogram::BucketBoundaries buckets) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add(
+      {}, std::move(buckets));
+}
+
+prometheus::MetricFamily MonitorGauge(const char* name, const char* help, double value) {
+  prometheus::ClientMetric metric;
+  metric.gauge.value = value;
+  return {name, help, prometheus::MetricType::Gauge, {metric}};
+}
+
+}  // namespace
+
+Histogram::BucketBoundaries LatencyBuckets() {
+  Histogram::BucketBoundaries b;
+  for (double decade = 1e-4; decade < 10; decade *= 10) {
+    b.push_back(decade);
+    b.push_back(decade * 2.5);
+    b.push_back(decade * 5);
+  }
+  b.push_back(10);
+  return b;
+}
+
+Histogram::BucketBoundaries RowBuckets() {
+  Histogram::BucketBoundaries b;
+  for (double rows = 1; rows <= 1024; rows *= 2) b.push_back(rows);
+  return b;
+}
+
+int CodeIndex(absl::StatusCode code) {
+  const int i = static_cast<int>(code);
+  return (i >= 0 && i < kNumCodes) ? i : static_cast<int>(absl::StatusCode::kUnknown);
+}
+
+RequestFamilies::RequestFamilies(prometheus::Registry& registry)
+    : requests(prometheus::BuildCounter()
+                   .Name("metalserve_requests_total")
+                   .Help("RPCs finished, by method and gRPC code.")
+                   .Register(registry)),
+      duration(prometheus::BuildHistogram()
+                   .Name("metalserve_request_duration_seconds")
+                   .Help("RPC latency from arrival to finish, by method.")
+                   .Register(registry)),
+      inflight(SingleGauge(registry, "metalserve_inflight_requests",
+                           "RPCs started and not yet finished.")),
+      methods({"Predict", "GetModelMetadata"}, [this](const std::string& method) {
+        MethodSeries s;
+        for (int i = 0; i < kNumCodes; ++i) {
+          s.requests[i] = &requests.Add(
+              {{"method", method},
+               {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(i))}});
+        }
+        s.duration = &duration.Add({{"method", method}}, LatencyBuckets());
+        return s;
+      }) {}
+
+BatchFamilies::BatchFamilies(prometheus::Registry& registry, int64_t queue_capacity_rows)
+    : queue_duration(SingleHistogram(registry, "metalserve_queue_duration_seconds",
+                                     "Time a request waited in the batcher queue.",
+                                     LatencyBuckets())),
+      compute_duration(SingleHistogram(
+          registry, "metalserve_compute_duration_seconds",
+          "Time of one batch's forward pass, copies included.", LatencyBuckets())),
+      rows(SingleHistogram(registry, "metalserve_batch_size_rows",
+                           "Request rows per batch, padding excluded.", RowBuckets())),
+      padding_rows(SingleCounter(registry, "metalserve_batch_padding_rows_total",
+                                 "Rows added to batches to reach an allowed "
+                                 "batch size.")),
+      batches(prometheus::BuildCounter()
+                  .Name("metalserve_batches_total")
+                  .Help("Batches run, by the reason the batch closed.")
+                  .Register(registry)),
+      reasons({"full", "delay_expired"},
+              [this](const std::string& reason) {
+                return &batches.Add({{"reason", reason}});
+              }),
+      queue_depth(SingleGauge(registry, "metalserve_queue_depth_rows",
+                              "Rows waiting in the batcher queue.")) {
+  if (queue_capacity_rows > 0) {
+    SingleGauge(registry, "metalserve_queue_capacity_rows",
+                "Rows the batcher queue holds before refusing requests.")
+        .Set(static_cast<double>(queue_capacity_rows));
+  }
+}
+
+RuntimeFamilies::RuntimeFamilies(prometheus::Registry& registry)
+    : device_memory(prometheus::BuildGauge()
+                        .Name("metalserve_device_memory_bytes")
+                        .Help("Device memory as the runtime reports it: allocated by "
+                              "tensors, reserved by the allocator or driver, and the "
+                              "limit (high watermark).")
+                        .Register(registry)),
+      resident(prometheus::BuildGauge()
+                   .Name("metalserve_process_resident_memory_bytes")
+                   .Help("Resident set size of the server process.")
+                   .Register(registry)),
+      cache_clears(prometheus::BuildCounter()
+                       .Name("metalserve_cache_clears_total")
+                       .Help("Device cache clears, by trigger.")
+                       .Register(registry)),
+      cache_clear_duration(prometheus::BuildHistogram()
+                               .Name("metalserve_cache_clear_duration_seconds")
+                               .Help("Time one device cache clear took, by trigger.")
+                               .Register(registry)),
+      triggers({"every_n", "interval", "watermark", "oom"},
+               [this](const std::string& trigger) {
+                 return TriggerSeries{
+                     &cache_clears.Add({{"trigger", trigger}}),
+                     &cache_clear_duration.Add({{"trigger", trigger}}, LatencyBuckets())};
+               }),
+      model_load(SingleGauge(registry, "metalserve_model_load_duration_seconds",
+                             "Time the model took to load.")),
+      model_warmup(SingleGauge(registry, "metalserve_model_warmup_duration_seconds",
+                               "Time the model warm-up took.")) {}
+
+ServerFamilies::ServerFamilies(prometheus::Registry& registry)
+    : build_info(prometheus::BuildGauge()
+                     .Name("metalserve_build_info")
+                     .Help("Always 1; labels name the server version, "
+                           "torch version, device and model.")
+                     .Register(registry)),
+      ready(SingleGauge(registry, "metalserve_ready",
+                        "1 when the server accepts Predict calls, else 0.")),
+      access_log_dropped(SingleCounter(registry,
+                                       "metalserve_access_log_dropped_lines_total",
+                                       "Access log lines dropped because the "
+                                       "writer's queue was full.")) {}
+
+std::vector<prometheus::MetricFamily> MonitorCollectable::Collect() const {
+  const MonitorSnapshot s = monitor_->Snapshot();
+  std::vector<prometheus::MetricFamily> families;
+  families.push_back(MonitorGauge("metalserve_monitor_latency_p50_seconds",
+                                  "Median request latency over the rolling "
+                                  "monitor window.",
+                                  s.p50_seconds));
+  families.push_back(MonitorGauge("metalserve_monitor_latency_p95_seconds",
+                                  "95th percentile request latency over the "
+                                  "rolling monitor window.",
+                                  s.p95_seconds));
+  families.push_back(MonitorGauge("metalserve_monitor_latency_mean_seconds",
+                                  "Mean request latency over the rolling monitor "
+                                  "window.",
+                                  s.mean_seconds));
+  families.push_back(MonitorGauge("metalserve_monitor_error_ratio",
+                                  "Share of requests in the rolling monitor window "
+                                  "that failed on the server's side (codes other "
+                                  "than OK and the caller's errors).",
+                                  s.error_ratio));
+  families.push_back(MonitorGauge("metalserve_monitor_caller_error_ratio",
+                                  "Share of requests in the rolling monitor window "
+                                  "refused for the caller's error (INVALID_ARGUMENT, "
+                                  "NOT_FOUND, CANCELLED, FAILED_PRECONDITION, "
+                                  "OUT_OF_RANGE).",
+                                  s.caller_error_ratio));
+  families.push_back(MonitorGauge("metalserve_monitor_window_requests",
+                                  "Requests currently in the rolling monitor "
+                                  "window.",
+                                  static_cast<double>(s.count)));
+  return families;
+}
+
+}  // namespace metrics_internal
+}  // namespace metalserve

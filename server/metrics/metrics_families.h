@@ -1,0 +1,178 @@
+// The metric families behind Metrics (metrics.h), built in small groups, one
+// per edge of the server that records into them: requests (the handlers),
+// batching (batcher and executor), runtime (device memory, cache clears,
+// model load), server state (build info, readiness, access log) and the
+// rolling monitor (gauges computed when scraped). Internal to the metrics
+// target: only metrics.cc includes this header.
+//
+// Ownership: every family and child lives in the prometheus::Registry handed
+// to a group's constructor; a group holds references into it, so the
+// registry must outlive the group. Thread-safety: the groups are immutable
+// after construction except BoundedChildren, whose Get() is thread-safe;
+// prometheus-cpp's counters, gauges and histograms are thread-safe.
+// Destruction: nothing to stop; the registry frees the families.
+#ifndef METALSERVE_SERVER_METRICS_METRICS_FAMILIES_H_
+#define METALSERVE_SERVER_METRICS_METRICS_FAMILIES_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "server/metrics/monitor.h"
+
+namespace metalserve {
+namespace metrics_internal {
+
+inline constexpr int kNumCodes = 17;  // absl::StatusCode / grpc::StatusCode 0..16
+inline constexpr size_t kMaxLearnedLabelValues = 16;
+inline constexpr char kOverflowLabelValue[] = "other";
+
+// 1-2.5-5 per decade from 100 us to 10 s.
+prometheus::Histogram::BucketBoundaries LatencyBuckets();
+// Powers of two, 1..1024 rows: allowed batch sizes are usually among them.
+prometheus::Histogram::BucketBoundaries RowBuckets();
+// `code`'s index in a MethodSeries; kUnknown's for a code outside 0..16.
+int CodeIndex(absl::StatusCode code);
+
+// The children of one family for one label: values known up front are
+// created at construction and found by a short linear scan with no lock;
+// others are learned under a mutex, at most kMaxLearnedLabelValues of them,
+// and the rest share the "other" child. `T` is a small value type of
+// pointers into the family (owned by the registry).
+//
+// Thread-safety: Get() is thread-safe. The factory runs under mu_ and must
+// not call back into this object.
+template <typename T>
+class BoundedChildren {
+ public:
+  using Factory = std::function<T(const std::string& value)>;
+
+  BoundedChildren(const std::vector<std::string>& known, Factory factory)
+      : factory_(std::move(factory)) {
+    for (const std::string& value : known) {
+      known_.emplace_back(value, factory_(value));
+    }
+  }
+
+  const T& Get(absl::string_view value) {
+    for (const auto& [name, child] : known_) {
+      if (name == value) return child;
+    }
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      auto it = learned_.find(value);
+      if (it != learned_.end()) return it->second;
+    }
+    absl::MutexLock lock(&mu_);
+    auto it = learned_.find(value);
+    if (it != learned_.end()) return it->second;
+    std::string key(value);
+    if (learned_.size() >= kMaxLearnedLabelValues) key = kOverflowLabelValue;
+    it = learned_.find(key);
+    if (it == learned_.end()) {
+      it = learned_.emplace(key, factory_(key)).first;
+    }
+    return it->second;
+  }
+
+ private:
+  const Factory factory_;
+  std::vector<std::pair<std::string, T>> known_;  // immutable after the ctor
+  absl::Mutex mu_;
+  // node_hash_map: references handed out stay valid across inserts.
+  absl::node_hash_map<std::string, T> learned_ ABSL_GUARDED_BY(mu_);
+};
+
+struct MethodSeries {
+  std::array<prometheus::Counter*, kNumCodes> requests{};
+  prometheus::Histogram* duration = nullptr;
+};
+
+struct TriggerSeries {
+  prometheus::Counter* clears = nullptr;
+  prometheus::Histogram* duration = nullptr;
+};
+
+// The request edge: requests_total{method,code},
+// request_duration_seconds{method}, inflight_requests.
+struct RequestFamilies {
+  explicit RequestFamilies(prometheus::Registry& registry);
+
+  prometheus::Family<prometheus::Counter>& requests;
+  prometheus::Family<prometheus::Histogram>& duration;
+  prometheus::Gauge& inflight;
+  BoundedChildren<MethodSeries> methods;  // after the two families it fills
+};
+
+// The batching edge: queue_duration_seconds, compute_duration_seconds,
+// batch_size_rows, batch_padding_rows_total, batches_total{reason},
+// queue_depth_rows, and queue_capacity_rows when `queue_capacity_rows` > 0.
+struct BatchFamilies {
+  BatchFamilies(prometheus::Registry& registry, int64_t queue_capacity_rows);
+
+  prometheus::Histogram& queue_duration;
+  prometheus::Histogram& compute_duration;
+  prometheus::Histogram& rows;
+  prometheus::Counter& padding_rows;
+  prometheus::Family<prometheus::Counter>& batches;
+  BoundedChildren<prometheus::Counter*> reasons;  // after `batches`
+  prometheus::Gauge& queue_depth;
+};
+
+// The runtime edge: device_memory_bytes{kind},
+// process_resident_memory_bytes, cache_clears_total{trigger},
+// cache_clear_duration_seconds{trigger}, model_load_duration_seconds,
+// model_warmup_duration_seconds.
+struct RuntimeFamilies {
+  explicit RuntimeFamilies(prometheus::Registry& registry);
+
+  prometheus::Family<prometheus::Gauge>& device_memory;
+  prometheus::Family<prometheus::Gauge>& resident;
+  prometheus::Family<prometheus::Counter>& cache_clears;
+  prometheus::Family<prometheus::Histogram>& cache_clear_duration;
+  BoundedChildren<TriggerSeries> triggers;  // after the two families it fills
+  prometheus::Gauge& model_load;
+  prometheus::Gauge& model_warmup;
+};
+
+// The server's own state: build_info{...}, ready,
+// access_log_dropped_lines_total.
+struct ServerFamilies {
+  explicit ServerFamilies(prometheus::Registry& registry);
+
+  prometheus::Family<prometheus::Gauge>& build_info;
+  prometheus::Gauge& ready;
+  prometheus::Counter& access_log_dropped;
+};
+
+// Exposes the rolling monitor as gauges computed at collection time, so the
+// hot path never sorts the window. `monitor` must outlive this object.
+class MonitorCollectable final : public prometheus::Collectable {
+ public:
+  explicit MonitorCollectable(const RollingMonitor* monitor)
+      : monitor_(monitor) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const RollingMonitor* const monitor_;
+};
+
+}  // namespace metrics_internal
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_METRICS_METRICS_FAMILIES_H_
