@@ -89,15 +89,15 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kPredict);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const UnaryCall call{.context = context,
+                       .reactor = reactor,
+                       .method = kPredict,
+                       .metrics = metrics_,
+                       .access_log = access_log_,
+                       .model = &runner_->info(),
+                       .start = start};
   auto fail = [&](const absl::Status& status) {
-    const absl::Time now = clock_->TimeNow();
-    if (metrics_ != nullptr) metrics_->RequestFinished(kPredict, status.code(), now - start);
-    if (access_log_ != nullptr) {
-      LogAccess(*access_log_, *context, kPredict, runner_->info(), 0, status.code(), {},
-                now, now - start);
-    }
-    reactor->Finish(ToGrpcStatus(status));
-    return reactor;
+    return FinishInHandler(call, status, clock_->TimeNow());
   };
 
   // A full queue refuses before the body is parsed or its tensors decoded.
@@ -155,12 +155,12 @@ grpc::ServerUnaryReactor* InferenceService::GetModelMetadata(
     response->set_torch_version(info.torch_version);
     response->set_server_version(server_version_);
   }
-  if (metrics_ != nullptr) {
-    metrics_->RequestFinished(kMethod, status.code(), clock_->TimeNow() - start);
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishInHandler({.context = context,
+                          .reactor = context->DefaultReactor(),
+                          .method = kMethod,
+                          .metrics = metrics_,
+                          .start = start},
+                         status, clock_->TimeNow());
 }
 
 }  // namespace metalserve

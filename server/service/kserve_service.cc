@@ -115,12 +115,12 @@ grpc::ServerUnaryReactor* KServeService::Answer(grpc::CallbackServerContext* con
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(method);
   const absl::Status status = fill();
-  if (metrics_ != nullptr) {
-    metrics_->RequestFinished(method, status.code(), clock_->TimeNow() - start);
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishInHandler({.context = context,
+                          .reactor = context->DefaultReactor(),
+                          .method = method,
+                          .metrics = metrics_,
+                          .start = start},
+                         status, clock_->TimeNow());
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
@@ -230,16 +230,17 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kModelInfer);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const UnaryCall call{.context = context,
+                       .reactor = reactor,
+                       .method = kModelInfer,
+                       .metrics = metrics_,
+                       .access_log = access_log_,
+                       .model = &runner_->info(),
+                       .start = start};
   auto fail = [&](const absl::Status& status) {
-    const absl::Duration total = clock_->TimeNow() - start;
-    stats_.RecordFailure(total);
-    if (metrics_ != nullptr) metrics_->RequestFinished(kModelInfer, status.code(), total);
-    if (access_log_ != nullptr) {
-      LogAccess(*access_log_, *context, kModelInfer, runner_->info(), 0, status.code(), {},
-                start + total, total);
-    }
-    reactor->Finish(ToGrpcStatus(status));
-    return reactor;
+    const absl::Time now = clock_->TimeNow();
+    stats_.RecordFailure(now - start);
+    return FinishInHandler(call, status, now);
   };
   // A full queue refuses before the body is parsed or its contents converted.
   if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);

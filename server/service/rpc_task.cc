@@ -49,19 +49,32 @@ void RpcInferTask::Complete(const absl::Status& status, const RunStats& run) {
   const absl::Time now = clock_->TimeNow();
   const bool cut_off = cut_off_ != nullptr && cut_off_->load();
   const absl::StatusCode seen = CodeSeenByClient(
-      status.code(), context_->IsCancelled(), cut_off, deadline_, now);
+      status.code(), call_.context->IsCancelled(), cut_off, deadline_, now);
   const absl::Status outcome =
       seen == status.code()
           ? status
           : absl::Status(seen, "the client gave up on the call before its answer");
-  OnComplete(outcome, run, now, now - start_);
-  if (metrics_ != nullptr) metrics_->RequestFinished(method_, seen, now - start_);
-  if (access_log_ != nullptr) {
-    LogAccess(*access_log_, *context_, method_, *model_, rows(), seen, run, now,
-              now - start_);
+  OnComplete(outcome, run, now, now - call_.start);
+  FinishCall(call_, status, seen, rows(), run, now);
+}
+
+void FinishCall(const UnaryCall& call, const absl::Status& status,
+                absl::StatusCode seen, int64_t rows, const RunStats& run,
+                absl::Time now) {
+  const absl::Duration total = now - call.start;
+  if (call.metrics != nullptr) call.metrics->RequestFinished(call.method, seen, total);
+  if (call.access_log != nullptr) {
+    LogAccess(*call.access_log, *call.context, call.method, *call.model, rows, seen,
+              run, now, total);
   }
   // DefaultReactor() must not be called twice: it re-creates the reactor.
-  reactor_->Finish(ToGrpcStatus(status));
+  call.reactor->Finish(ToGrpcStatus(status));
+}
+
+grpc::ServerUnaryReactor* FinishInHandler(const UnaryCall& call,
+                                          const absl::Status& status, absl::Time now) {
+  FinishCall(call, status, status.code(), 0, RunStats{}, now);
+  return call.reactor;
 }
 
 absl::Status CheckModelName(absl::string_view field, absl::string_view name,

@@ -54,6 +54,34 @@ absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
 absl::Status CheckModelName(absl::string_view field, absl::string_view name,
                             const ModelInfo& served);
 
+// What the handler of one unary call knows of it: enough to record its end
+// and finish it. Pointers and views must outlive the call; `metrics` and
+// `access_log` may be null; `model` is needed only with an access log.
+struct UnaryCall {
+  grpc::CallbackServerContext* context = nullptr;
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  absl::string_view method;  // a literal
+  Metrics* metrics = nullptr;
+  AccessLog* access_log = nullptr;
+  const ModelInfo* model = nullptr;
+  absl::Time start;
+};
+
+// The one end of every unary call: records it in the metrics and the access
+// log under `seen` (the code its client saw; see CodeSeenByClient), `rows`
+// and `run`, then finishes it with `status`. The last touch of the call: its
+// reactor may be freed after it.
+void FinishCall(const UnaryCall& call, const absl::Status& status,
+                absl::StatusCode seen, int64_t rows, const RunStats& run,
+                absl::Time now);
+
+// Finishes a call answered in its handler, never handed to the batcher: a
+// refusal (bad request, full queue) or a metadata answer. Recorded with
+// status's own code, 0 rows and no run figures. Returns the call's reactor,
+// for the handler to return.
+grpc::ServerUnaryReactor* FinishInHandler(const UnaryCall& call,
+                                          const absl::Status& status, absl::Time now);
+
 class RpcInferTask : public InferTask {
  public:
   // `method` must outlive the task (a literal); `metrics` may be null.
@@ -63,29 +91,29 @@ class RpcInferTask : public InferTask {
                grpc::ServerUnaryReactor* reactor, std::vector<InputView> inputs,
                absl::string_view method, Metrics* metrics, Clock* clock,
                absl::Time start, const std::atomic<bool>* cut_off)
-      : context_(context),
-        reactor_(reactor),
+      : call_{.context = context,
+              .reactor = reactor,
+              .method = method,
+              .metrics = metrics,
+              .start = start},
         inputs_(std::move(inputs)),
         key_(BatchKeyOf(inputs_)),
         deadline_(DeadlineOf(*context)),
-        method_(method),
-        metrics_(metrics),
         clock_(clock),
-        start_(start),
         cut_off_(cut_off) {}
 
   int64_t rows() const override { return inputs_.front().shape[0]; }
   absl::string_view batch_key() const override { return key_; }
   absl::Time deadline() const override { return deadline_; }
-  bool IsCancelled() const override { return context_->IsCancelled(); }
+  bool IsCancelled() const override { return call_.context->IsCancelled(); }
   const std::vector<InputView>& inputs() const override { return inputs_; }
   void Abort(const absl::Status& status) override { Complete(status, RunStats{}); }
 
   // Logs the call to `log` (null: none) under `model`'s name and version
   // when it completes; both must outlive the task.
   void set_access_log(AccessLog* log, const ModelInfo* model) {
-    access_log_ = log;
-    model_ = model;
+    call_.access_log = log;
+    call_.model = model;
   }
 
  protected:
@@ -98,17 +126,11 @@ class RpcInferTask : public InferTask {
                           absl::Time /*now*/, absl::Duration /*latency*/) {}
 
  private:
-  grpc::CallbackServerContext* const context_;
-  grpc::ServerUnaryReactor* const reactor_;
+  UnaryCall call_;  // the access log is set after construction
   const std::vector<InputView> inputs_;
   const std::string key_;
   const absl::Time deadline_;
-  const absl::string_view method_;
-  Metrics* const metrics_;
   Clock* const clock_;
-  const absl::Time start_;
-  AccessLog* access_log_ = nullptr;
-  const ModelInfo* model_ = nullptr;
   const std::atomic<bool>* const cut_off_;
 };
 

@@ -13,6 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "metalserve/v1/inference.grpc.pb.h"
 #include "server/metrics/metrics.h"
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
@@ -371,6 +372,42 @@ TEST_F(KServeTest, MetricsCountKServeMethods) {
               ::testing::Optional(1.0));
   EXPECT_THAT(testing::Sample(text, testing::RequestsSeries("ServerLive", "OK")),
               ::testing::Optional(1.0));
+}
+
+// The calls answered in their handler, of both APIs, go through one finish:
+// each is counted once under its code, none is left in flight, and a refused
+// ModelInfer counts as a failure in the KServe statistics.
+TEST_F(KServeTest, CallsAnsweredInTheirHandlerAreCountedOnceAndNoneStayInFlight) {
+  ModelInferRequest other = RawRequest(1, 0);
+  other.set_model_name("other");
+  ModelInferResponse r;
+  EXPECT_EQ(Infer(other, &r).error_code(), grpc::StatusCode::NOT_FOUND);
+  inference::ModelMetadataRequest mq;
+  mq.set_name("other");
+  inference::ModelMetadataResponse mr;
+  EXPECT_EQ(stub_->ModelMetadata(Ctx().get(), mq, &mr).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  auto native = v1::Inference::NewStub(channel_);
+  v1::PredictRequest pq;
+  pq.set_model_name("other");
+  v1::PredictResponse pr;
+  EXPECT_EQ(native->Predict(Ctx().get(), pq, &pr).error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::GetModelMetadataRequest gq;
+  gq.set_model_name("other");
+  v1::GetModelMetadataResponse gr;
+  EXPECT_EQ(native->GetModelMetadata(Ctx().get(), gq, &gr).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Statistics().inference_stats().fail().count(), 1u);
+
+  const std::string text = metrics_->Scrape();
+  for (const char* method : {"ModelInfer", "ModelMetadata", "Predict", "GetModelMetadata"}) {
+    EXPECT_THAT(testing::Sample(text, testing::RequestsSeries(method, "NOT_FOUND")),
+                ::testing::Optional(1.0))
+        << method;
+  }
+  // Every call above was recorded before its answer was sent.
+  EXPECT_THAT(testing::Sample(text, "metalserve_inflight_requests"),
+              ::testing::Optional(0.0));
 }
 
 }  // namespace
