@@ -151,34 +151,33 @@ ServerFamilies::ServerFamilies(prometheus::Registry& registry)
 
 std::vector<prometheus::MetricFamily> MonitorCollectable::Collect() const {
   const MonitorSnapshot s = monitor_->Snapshot();
+  const struct {
+    const char* name;
+    const char* help;
+    double value;
+  } gauges[] = {
+      {"metalserve_monitor_latency_p50_seconds",
+       "Median request latency over the rolling monitor window.", s.p50_seconds},
+      {"metalserve_monitor_latency_p95_seconds",
+       "95th percentile request latency over the rolling monitor window.",
+       s.p95_seconds},
+      {"metalserve_monitor_latency_mean_seconds",
+       "Mean request latency over the rolling monitor window.", s.mean_seconds},
+      {"metalserve_monitor_error_ratio",
+       "Share of requests in the rolling monitor window that failed on the "
+       "server's side (codes other than OK and the caller's errors).",
+       s.error_ratio},
+      {"metalserve_monitor_caller_error_ratio",
+       "Share of requests in the rolling monitor window refused for the caller's "
+       "error (INVALID_ARGUMENT, NOT_FOUND, CANCELLED, FAILED_PRECONDITION, "
+       "OUT_OF_RANGE).",
+       s.caller_error_ratio},
+      {"metalserve_monitor_window_requests",
+       "Requests currently in the rolling monitor window.",
+       static_cast<double>(s.count)},
+  };
   std::vector<prometheus::MetricFamily> families;
-  families.push_back(MonitorGauge("metalserve_monitor_latency_p50_seconds",
-                                  "Median request latency over the rolling "
-                                  "monitor window.",
-                                  s.p50_seconds));
-  families.push_back(MonitorGauge("metalserve_monitor_latency_p95_seconds",
-                                  "95th percentile request latency over the "
-                                  "rolling monitor window.",
-                                  s.p95_seconds));
-  families.push_back(MonitorGauge("metalserve_monitor_latency_mean_seconds",
-                                  "Mean request latency over the rolling monitor "
-                                  "window.",
-                                  s.mean_seconds));
-  families.push_back(MonitorGauge("metalserve_monitor_error_ratio",
-                                  "Share of requests in the rolling monitor window "
-                                  "that failed on the server's side (codes other "
-                                  "than OK and the caller's errors).",
-                                  s.error_ratio));
-  families.push_back(MonitorGauge("metalserve_monitor_caller_error_ratio",
-                                  "Share of requests in the rolling monitor window "
-                                  "refused for the caller's error (INVALID_ARGUMENT, "
-                                  "NOT_FOUND, CANCELLED, FAILED_PRECONDITION, "
-                                  "OUT_OF_RANGE).",
-                                  s.caller_error_ratio));
-  families.push_back(MonitorGauge("metalserve_monitor_window_requests",
-                                  "Requests currently in the rolling monitor "
-                                  "window.",
-                                  static_cast<double>(s.count)));
+  for (const auto& g : gauges) families.push_back(MonitorGauge(g.name, g.help, g.value));
   return families;
 }
 

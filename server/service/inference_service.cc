@@ -89,13 +89,9 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kPredict);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const UnaryCall call{.context = context,
-                       .reactor = reactor,
-                       .method = kPredict,
-                       .metrics = metrics_,
-                       .access_log = access_log_,
-                       .model = &runner_->info(),
-                       .start = start};
+  const UnaryCall call{.context = context, .reactor = reactor, .method = kPredict,
+                       .metrics = metrics_, .access_log = access_log_,
+                       .model = &runner_->info(), .start = start};
   auto fail = [&](const absl::Status& status) {
     return FinishInHandler(call, status, clock_->TimeNow());
   };
@@ -155,12 +151,9 @@ grpc::ServerUnaryReactor* InferenceService::GetModelMetadata(
     response->set_torch_version(info.torch_version);
     response->set_server_version(server_version_);
   }
-  return FinishInHandler({.context = context,
-                          .reactor = context->DefaultReactor(),
-                          .method = kMethod,
-                          .metrics = metrics_,
-                          .start = start},
-                         status, clock_->TimeNow());
+  const UnaryCall call{.context = context, .reactor = context->DefaultReactor(),
+                       .method = kMethod, .metrics = metrics_, .start = start};
+  return FinishInHandler(call, status, clock_->TimeNow());
 }
 
 }  // namespace metalserve

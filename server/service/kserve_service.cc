@@ -115,12 +115,9 @@ grpc::ServerUnaryReactor* KServeService::Answer(grpc::CallbackServerContext* con
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(method);
   const absl::Status status = fill();
-  return FinishInHandler({.context = context,
-                          .reactor = context->DefaultReactor(),
-                          .method = method,
-                          .metrics = metrics_,
-                          .start = start},
-                         status, clock_->TimeNow());
+  const UnaryCall call{.context = context, .reactor = context->DefaultReactor(),
+                       .method = method, .metrics = metrics_, .start = start};
+  return FinishInHandler(call, status, clock_->TimeNow());
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
@@ -230,13 +227,9 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kModelInfer);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const UnaryCall call{.context = context,
-                       .reactor = reactor,
-                       .method = kModelInfer,
-                       .metrics = metrics_,
-                       .access_log = access_log_,
-                       .model = &runner_->info(),
-                       .start = start};
+  const UnaryCall call{.context = context, .reactor = reactor, .method = kModelInfer,
+                       .metrics = metrics_, .access_log = access_log_,
+                       .model = &runner_->info(), .start = start};
   auto fail = [&](const absl::Status& status) {
     const absl::Time now = clock_->TimeNow();
     stats_.RecordFailure(now - start);
