@@ -57,7 +57,7 @@ MUTATIONS = [
      "(false ||",
      "service_test OutOfMemorySplitsBatchAndOnlyTooLargeRequestFails"),
     ("cancel-ignored", "server/service/rpc_task.h",
-     "bool IsCancelled() const override { return context_->IsCancelled(); }",
+     "bool IsCancelled() const override { return call_.context->IsCancelled(); }",
      "bool IsCancelled() const override { return false; }",
      "reliability_test ClientCancelWhileQueuedNeverRunsAndServerKeepsServing"),
     ("deadline-answered-cancelled", "server/batcher/batcher.cc",
