@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
 #include "tests/testing/status_matchers.h"
@@ -49,6 +50,7 @@ void Write(const std::string& path, const std::string& text) {
 RuntimeOptions Options(const std::string& model_path) {
   RuntimeOptions o;
   o.model_path = model_path;
+  o.signature_codec = ModelConfigSignatureCodec();
   o.device = "cpu";
   o.threads = 1;
   o.optimize = "none";
