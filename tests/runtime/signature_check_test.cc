@@ -203,6 +203,13 @@ TEST(SignatureCheckTest, MissingSignatureWithoutShapesSaysWhatToPass) {
                        AllOf(HasSubstr("mask"), HasSubstr("(image, count)"))));
 }
 
+TEST(SignatureCheckTest, OptionsWithoutASignatureCodecAreRejected) {
+  RuntimeOptions o = Options(ModelCopy("two_in_two_out"));
+  o.signature_codec = SignatureCodec();
+  EXPECT_THAT(CreateTorchRunner(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("signature_codec is not set")));
+}
+
 TEST(SignatureCheckTest, InfersSignatureFromSchemaAndProbeAndWritesIt) {
   RuntimeOptions o = Options(ModelCopy("two_in_two_out"));
   o.input_shapes = {{"image", {3}}, {"count", {1}}};
