@@ -1,5 +1,9 @@
 #include "client/report.h"
 
+#include <cmath>
+#include <utility>
+
+#include "nlohmann/json.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -71,71 +75,61 @@ std::string Text(const RunReport& r) {
   return out;
 }
 
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-  return out;
+// A value rounded to `decimals` places, so the JSON carries the precision
+// the text and CSV reports show (the printer writes the shortest form that
+// reads back as the same double).
+double Rounded(double v, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
 }
 
 // {"p50":..,"p90":..,"p99":..} of a server-reported field, microseconds.
-std::string JsonServerPercentiles(const LatencyHistogram& h) {
-  return absl::StrFormat("{\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f}",
-                         Us(h.Percentile(50)), Us(h.Percentile(90)),
-                         Us(h.Percentile(99)));
-}
-
-std::string JsonErrorMessages(const RunStats& st) {
-  return absl::StrCat(
-      "{", absl::StrJoin(st.error_messages, ",", [](std::string* o, const auto& e) {
-        absl::StrAppend(o, JsonString(e.first), ":[",
-                        absl::StrJoin(e.second, ",", [](std::string* o2, const auto& m) {
-                          absl::StrAppend(o2, JsonString(m));
-                        }),
-                        "]");
-      }),
-      "}");
-}
-
-std::string Json(const RunReport& r) {
-  const RunStats& st = r.stats;
-  const LatencyHistogram& h = st.latency;
-  std::string out = "{";
-  absl::StrAppend(&out, "\"mode\":", JsonString(r.spec.open_loop() ? "open" : "closed"));
-  absl::StrAppend(&out, ",\"concurrency\":", r.spec.open_loop() ? 0 : r.spec.concurrency);
-  absl::StrAppendFormat(&out, ",\"rate\":%.6g", r.spec.rate);
-  absl::StrAppend(&out, ",\"ok\":", st.ok, ",\"errors\":{");
-  absl::StrAppend(&out, absl::StrJoin(st.errors, ",", [](std::string* o, const auto& e) {
-                    absl::StrAppend(o, JsonString(e.first), ":", e.second);
-                  }));
-  absl::StrAppend(&out, "},\"error_messages\":", JsonErrorMessages(st));
-  absl::StrAppendFormat(&out, ",\"error_rate\":%.6g,\"elapsed_s\":%.6f", st.ErrorRate(),
-                        absl::ToDoubleSeconds(st.elapsed));
-  absl::StrAppendFormat(&out, ",\"requests_per_s\":%.3f,\"rows_per_s\":%.3f",
-                        st.RequestsPerSecond(), st.RowsPerSecond());
-  absl::StrAppend(&out, ",\"latency_us\":{");
-  for (const Quantile& q : kQuantiles) {
-    absl::StrAppendFormat(&out, "\"%s\":%.1f,", q.name, Us(h.Percentile(q.p)));
+nlohmann::ordered_json JsonServerPercentiles(const LatencyHistogram& h) {
+  nlohmann::ordered_json j;
+  for (const Quantile& q : {Quantile{"p50", 50}, Quantile{"p90", 90}, Quantile{"p99", 99}}) {
+    j[q.name] = Rounded(Us(h.Percentile(q.p)), 1);
   }
-  absl::StrAppendFormat(&out, "\"max\":%.1f,\"min\":%.1f,\"mean\":%.1f,\"stddev\":%.1f}",
-                        Us(h.Max()), Us(h.Min()), Us(h.Mean()), Us(h.StdDev()));
-  absl::StrAppendFormat(&out,
-                        ",\"server\":{\"queue_us_mean\":%.1f,\"compute_us_mean\":%.1f,"
-                        "\"batch_rows_mean\":%.3f,",
-                        st.MeanServerQueueUs(), st.MeanServerComputeUs(),
-                        st.MeanBatchRows());
-  absl::StrAppend(&out, "\"queue_us\":", JsonServerPercentiles(st.server_queue),
-                  ",\"compute_us\":", JsonServerPercentiles(st.server_compute), "}}");
-  return out;
+  return j;
+}
+
+nlohmann::ordered_json JsonLatency(const LatencyHistogram& h) {
+  nlohmann::ordered_json j;
+  for (const Quantile& q : kQuantiles) j[q.name] = Rounded(Us(h.Percentile(q.p)), 1);
+  j["max"] = Rounded(Us(h.Max()), 1);
+  j["min"] = Rounded(Us(h.Min()), 1);
+  j["mean"] = Rounded(Us(h.Mean()), 1);
+  j["stddev"] = Rounded(Us(h.StdDev()), 1);
+  return j;
+}
+
+nlohmann::ordered_json JsonServer(const RunStats& st) {
+  nlohmann::ordered_json j;
+  j["queue_us_mean"] = Rounded(st.MeanServerQueueUs(), 1);
+  j["compute_us_mean"] = Rounded(st.MeanServerComputeUs(), 1);
+  j["batch_rows_mean"] = Rounded(st.MeanBatchRows(), 3);
+  j["queue_us"] = JsonServerPercentiles(st.server_queue);
+  j["compute_us"] = JsonServerPercentiles(st.server_compute);
+  return j;
+}
+
+nlohmann::ordered_json Json(const RunReport& r) {
+  const RunStats& st = r.stats;
+  nlohmann::ordered_json j;
+  j["mode"] = r.spec.open_loop() ? "open" : "closed";
+  j["concurrency"] = r.spec.open_loop() ? 0 : r.spec.concurrency;
+  j["rate"] = r.spec.rate;
+  j["ok"] = st.ok;
+  j["errors"] = nlohmann::ordered_json::object();
+  for (const auto& [code, n] : st.errors) j["errors"][code] = n;
+  j["error_messages"] = nlohmann::ordered_json::object();
+  for (const auto& [code, messages] : st.error_messages) j["error_messages"][code] = messages;
+  j["error_rate"] = Rounded(st.ErrorRate(), 6);
+  j["elapsed_s"] = Rounded(absl::ToDoubleSeconds(st.elapsed), 6);
+  j["requests_per_s"] = Rounded(st.RequestsPerSecond(), 3);
+  j["rows_per_s"] = Rounded(st.RowsPerSecond(), 3);
+  j["latency_us"] = JsonLatency(st.latency);
+  j["server"] = JsonServer(st);
+  return j;
 }
 
 constexpr char kCsvHeader[] =
@@ -186,13 +180,16 @@ std::string FormatReports(const std::vector<RunReport>& reports,
     case OutputFormat::kText:
       for (const RunReport& r : reports) absl::StrAppend(&out, Text(r));
       break;
-    case OutputFormat::kJson:
-      out = absl::StrCat("{\"runs\":[",
-                         absl::StrJoin(reports, ",", [](std::string* o, const RunReport& r) {
-                           absl::StrAppend(o, Json(r));
-                         }),
-                         "]}\n");
+    case OutputFormat::kJson: {
+      nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+      for (const RunReport& r : reports) runs.push_back(Json(r));
+      nlohmann::ordered_json doc;
+      doc["runs"] = std::move(runs);
+      // error_messages come from servers: replace invalid UTF-8 rather than
+      // throw.
+      out = doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
       break;
+    }
     case OutputFormat::kCsv:
       out = kCsvHeader;
       for (const RunReport& r : reports) absl::StrAppend(&out, Csv(r));

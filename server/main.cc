@@ -22,6 +22,7 @@
 #include "glog/logging.h"
 #include "server/common/flags_help.h"
 #include "server/metrics/metrics.h"
+#include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
 #include "server/service/access_log.h"
@@ -273,6 +274,7 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
                                                    metalserve::Metrics* metrics) {
   metalserve::RuntimeOptions ro;
   ro.model_path = absl::GetFlag(FLAGS_model);
+  ro.signature_codec = metalserve::ModelConfigSignatureCodec();
   ro.device = absl::GetFlag(FLAGS_device);
   ro.threads = absl::GetFlag(FLAGS_threads);
   if (ro.threads == 0) ro.threads = static_cast<int>(std::thread::hardware_concurrency());

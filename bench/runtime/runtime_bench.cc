@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "benchmark/benchmark.h"
+#include "server/model_config/model_config.h"
 #include "server/runtime/torch_runner.h"
 
 namespace metalserve {
@@ -47,6 +48,7 @@ Runner* GetRunner(const std::string& model, const std::string& level) {
   if (slot == nullptr) {
     RuntimeOptions o;
     o.model_path = absl::StrCat(METALSERVE_MODELS_DIR, "/", model, ".pt");
+    o.signature_codec = ModelConfigSignatureCodec();
     o.device = config().device;
     o.threads = config().threads;
     o.optimize = level;

@@ -1,7 +1,9 @@
 // The model's signature, read from the JSON sidecar that models/export.py
 // writes beside each TorchScript file, or inferred by the runtime from the
-// model's forward schema and a probe forward (then written beside the model
-// with SignatureToJson). Format (every key: docs/signature.md):
+// model's forward schema and a probe forward (then written beside the model).
+// The JSON itself is read and written outside the runtime, by
+// server/model_config (Protobuf's JSON mapping), and handed in through a
+// SignatureCodec. Format (every key: docs/signature.md):
 //   {"name": "resnet18", "version": "1",
 //    "inputs":  [{"name": "input",  "dtype": "float32", "shape": [-1,3,224,224]}],
 //    "outputs": [{"name": "logits", "dtype": "float32", "shape": [-1,1000]}]}
@@ -13,6 +15,7 @@
 #ifndef METALSERVE_SERVER_RUNTIME_MODEL_SIGNATURE_H_
 #define METALSERVE_SERVER_RUNTIME_MODEL_SIGNATURE_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,17 +33,19 @@ struct ModelSignature {
   std::vector<TensorSpec> outputs;
 };
 
-// InvalidArgument for malformed JSON, a missing/empty inputs or outputs list,
-// an unknown dtype, or a shape whose first dimension is not -1.
-absl::StatusOr<ModelSignature> ParseModelSignature(absl::string_view json);
-// NotFound when the file cannot be read; otherwise as ParseModelSignature,
-// with the path in the message.
-absl::StatusOr<ModelSignature> ReadModelSignature(const std::string& path);
+// How the runtime reads a signature file and prints an inferred signature,
+// without knowing the JSON library: main passes ModelConfigSignatureCodec()
+// (server/model_config/model_config.h). Both functions must be set.
+struct SignatureCodec {
+  // NotFound when the file cannot be read; InvalidArgument naming the key for
+  // anything the format does not accept.
+  std::function<absl::StatusOr<ModelSignature>(const std::string& path)> read;
+  // The signature as JSON that `read` reads back.
+  std::function<absl::StatusOr<std::string>(const ModelSignature&)> to_json;
+};
+
 // "model.pt" -> "model.json"; appends ".json" when there is no extension.
 std::string DefaultSignaturePath(absl::string_view model_path);
-// The signature as JSON that ParseModelSignature reads back (one line per
-// tensor).
-std::string SignatureToJson(const ModelSignature& sig);
 
 // Input shapes without the batch dimension, by input name, from a comma
 // list where a "NAME=" starts each input: "image=3,224,224,mask=224,224".

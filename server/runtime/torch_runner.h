@@ -5,7 +5,8 @@
 // What CreateTorchRunner does before it returns (the server is not ready
 // until it has); each phase is logged as it starts and with its duration
 // when it ends, so that a slow load shows where the time goes:
-//   1. reads the signature sidecar (model_signature.h), if there is one;
+//   1. reads the signature sidecar through options.signature_codec, if there
+//      is one;
 //   2. chooses the device (auto: mps -> cuda -> cpu; a requested device that
 //      is missing is FAILED_PRECONDITION naming it) and logs it, with whether
 //      PYTORCH_ENABLE_MPS_FALLBACK is set;
@@ -61,6 +62,7 @@
 #include "absl/time/time.h"
 #include "server/common/clock.h"
 #include "server/runtime/cache_policy.h"
+#include "server/runtime/model_signature.h"
 #include "server/runtime/runner.h"
 
 namespace metalserve {
@@ -72,6 +74,10 @@ struct RuntimeOptions {
   // ".json", and then a missing file means "infer the signature" (below). A
   // path given here must exist (NOT_FOUND otherwise).
   std::string signature_path;
+  // Reads the sidecar and prints an inferred signature. Required: main
+  // passes ModelConfigSignatureCodec() (server/model_config/model_config.h),
+  // which keeps Protobuf's JSON out of this target.
+  SignatureCodec signature_codec;
   // For a model without a sidecar: the shape after the batch dimension of
   // each input, by forward's argument name (e.g. {"x", {3, 224, 224}}), and
   // dtypes by name (float32 when absent). Ignored when a sidecar exists.

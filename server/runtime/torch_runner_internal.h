@@ -152,7 +152,7 @@ class TorchRunner final : public Runner {
                              const std::string& signature_path);
   absl::StatusOr<c10::IValue> ProbeForward(torch::jit::Module& m, int64_t batch);
   void KeepInferredSignature(const ModelSignature& sig, const std::string& path,
-                             bool write) const;
+                             const SignatureCodec& codec, bool write) const;
   absl::Status Optimize(torch::jit::Module& plain32, const RuntimeOptions& options,
                         Level level);
   std::optional<torch::jit::Module> TryLevel(torch::jit::Module& plain,

@@ -53,6 +53,11 @@ absl::Status ValidateOptions(const RuntimeOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "verify_tolerance = ", options.verify_tolerance, " is negative"));
   }
+  if (!options.signature_codec.read || !options.signature_codec.to_json) {
+    return absl::InvalidArgumentError(
+        "signature_codec is not set (pass ModelConfigSignatureCodec(), "
+        "server/model_config/model_config.h)");
+  }
   return absl::OkStatus();
 }
 
@@ -60,7 +65,7 @@ absl::Status ValidateOptions(const RuntimeOptions& options) {
 // signature_path was given and no file sits at the default path.
 absl::StatusOr<std::optional<ModelSignature>> ReadDeclaredSignature(
     const RuntimeOptions& options, const std::string& path) {
-  absl::StatusOr<ModelSignature> sig = ReadModelSignature(path);
+  absl::StatusOr<ModelSignature> sig = options.signature_codec.read(path);
   if (sig.ok()) return std::optional<ModelSignature>(*std::move(sig));
   if (!options.signature_path.empty() || sig.status().code() != absl::StatusCode::kNotFound) {
     return sig.status();
@@ -252,14 +257,20 @@ absl::Status TorchRunner::BindSignature(torch::jit::Module& plain32,
             << " takes inputs (" << absl::StrJoin(bound, ", ") << "), "
             << sig.outputs.size() << " output(s)";
   if (!declared.has_value()) {
-    KeepInferredSignature(sig, signature_path, options.write_inferred_signature);
+    KeepInferredSignature(sig, signature_path, options.signature_codec,
+                          options.write_inferred_signature);
   }
   return absl::OkStatus();
 }
 
 void TorchRunner::KeepInferredSignature(const ModelSignature& sig, const std::string& path,
-                                        bool write) const {
-  const std::string json = SignatureToJson(sig);
+                                        const SignatureCodec& codec, bool write) const {
+  const absl::StatusOr<std::string> printed = codec.to_json(sig);
+  if (!printed.ok()) {
+    LOG(WARNING) << "runtime: cannot print the inferred signature: " << printed.status();
+    return;
+  }
+  const std::string& json = *printed;
   LOG(INFO) << "runtime: inferred signature (no " << path << "):\n" << json;
   if (!write) return;
   const std::string tmp = path + ".tmp";

@@ -11,6 +11,7 @@
 #include "client/request_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/status_matchers.h"
 
 namespace metalserve::client {
@@ -181,12 +182,12 @@ TEST(ReportTest, JsonCarriesThroughputPercentilesErrorsAndServerSplit) {
   EXPECT_THAT(json, StartsWith("{\"runs\":[{\"mode\":\"closed\",\"concurrency\":4"));
   EXPECT_THAT(json, HasSubstr("\"ok\":3,\"errors\":{\"UNAVAILABLE\":1}"));
   EXPECT_THAT(json, HasSubstr("\"error_rate\":0.25"));
-  EXPECT_THAT(json, HasSubstr("\"requests_per_s\":3.000,\"rows_per_s\":6.000"));
+  EXPECT_THAT(json, HasSubstr("\"requests_per_s\":3.0,\"rows_per_s\":6.0"));
   EXPECT_THAT(json, HasSubstr("\"p50\":200"));  // 2 ms within 1%
   EXPECT_THAT(json, HasSubstr("\"mean\":2000.0"));
   EXPECT_THAT(json, HasSubstr("\"max\":3000.0"));
   EXPECT_THAT(json, HasSubstr("\"queue_us_mean\":100.0,\"compute_us_mean\":200.0,"
-                              "\"batch_rows_mean\":4.000"));
+                              "\"batch_rows_mean\":4.0"));
 }
 
 TEST(ReportTest, CsvHasHeaderAndOneRowPerRun) {
@@ -232,7 +233,39 @@ TEST(ReportTest, ErrorMessagesAreShownPerCodeAndEscapedInJson) {
   EXPECT_THAT(text, HasSubstr("UNAVAILABLE: connect failed\n"));
   const std::string json = FormatReports({r}, OutputFormat::kJson);
   EXPECT_THAT(json, HasSubstr("\"error_messages\":{\"UNAVAILABLE\":[\"connect failed\","
-                              "\"line\\u000abreak \\\"quoted\\\"\"]}"));
+                              "\"line\\nbreak \\\"quoted\\\"\"]}"));
+}
+
+TEST(ReportTest, JsonKeepsItsKeysInOrder) {
+  const auto doc = nlohmann::ordered_json::parse(
+      FormatReports({SampleReport(), SampleReport()}, OutputFormat::kJson));
+  ASSERT_EQ(doc.at("runs").size(), 2u);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : doc["runs"][0].items()) keys.push_back(key);
+  EXPECT_THAT(keys, ::testing::ElementsAre("mode", "concurrency", "rate", "ok", "errors",
+                                           "error_messages", "error_rate", "elapsed_s",
+                                           "requests_per_s", "rows_per_s", "latency_us",
+                                           "server"));
+  keys.clear();
+  for (const auto& [key, value] : doc["runs"][0]["latency_us"].items()) keys.push_back(key);
+  EXPECT_THAT(keys, ::testing::ElementsAre("p50", "p90", "p95", "p99", "p99_9", "max", "min",
+                                           "mean", "stddev"));
+  keys.clear();
+  for (const auto& [key, value] : doc["runs"][0]["server"].items()) keys.push_back(key);
+  EXPECT_THAT(keys, ::testing::ElementsAre("queue_us_mean", "compute_us_mean",
+                                           "batch_rows_mean", "queue_us", "compute_us"));
+  EXPECT_EQ(doc["runs"][0]["errors"]["UNAVAILABLE"], 1);
+}
+
+// A server's message is bytes; the report must still be JSON (valid UTF-8).
+TEST(ReportTest, JsonStaysValidWhenAnErrorMessageIsNotUtf8) {
+  RunReport r = SampleReport();
+  r.stats.error_messages["INTERNAL"] = {"bad byte \xff here"};
+  const std::string json = FormatReports({r}, OutputFormat::kJson);
+  nlohmann::json doc;
+  ASSERT_NO_THROW(doc = nlohmann::json::parse(json)) << json;
+  EXPECT_THAT(doc["runs"][0]["error_messages"]["INTERNAL"][0].get<std::string>(),
+              ::testing::AllOf(StartsWith("bad byte "), ::testing::EndsWith(" here")));
 }
 
 TEST(ReportTest, LongErrorMessagesAreTruncated) {

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "server/metrics/metrics.h"
+#include "server/model_config/model_config.h"
 #include "server/runtime/torch_runner.h"
 #include "server/service/server.h"
 #include "tests/integration/torch_reference.h"
@@ -37,6 +38,7 @@ class E2eTest : public ::testing::Test {
   void Start(const std::string& model, BatcherOptions batching) {
     RuntimeOptions ro;
     ro.model_path = Model(model);
+    ro.signature_codec = ModelConfigSignatureCodec();
     ro.device = "cpu";
     ro.threads = 2;
     ro.warmup_batch_sizes = {1, batching.max_batch_size};
@@ -205,6 +207,7 @@ TEST_P(BatchInvarianceTest, RowOutputDoesNotDependOnBatchOrPosition) {
   const std::string model = GetParam();
   RuntimeOptions ro;
   ro.model_path = Model(model);
+  ro.signature_codec = ModelConfigSignatureCodec();
   ro.device = "cpu";
   ro.threads = 2;
   ro.optimize = "full";

@@ -1,5 +1,7 @@
 #include "server/runtime/model_signature.h"
 
+#include "server/model_config/model_config.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -42,6 +44,44 @@ TEST(ModelSignatureTest, RejectsUnknownDtypeAndBrokenJson) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inputs")));
 }
 
+TEST(ModelSignatureTest, UnknownKeyIsAnErrorNamingTheKey) {
+  EXPECT_THAT(ParseModelSignature(R"({"nmae": "tiny",
+      "inputs": [{"name": "x", "dtype": "float32", "shape": [-1]}],
+      "outputs": [{"name": "y", "dtype": "float32", "shape": [-1]}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nmae")));
+  EXPECT_THAT(ParseModelSignature(R"({
+      "inputs": [{"name": "x", "dtype": "float32", "shape": [-1], "shpae": [3]}],
+      "outputs": [{"name": "y", "dtype": "float32", "shape": [-1]}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("inputs[0]"), HasSubstr("shpae"))));
+}
+
+TEST(ModelSignatureTest, WrongTypeIsAnErrorNamingTheKey) {
+  EXPECT_THAT(ParseModelSignature(R"({"version": 3,
+      "inputs": [{"name": "x", "dtype": "float32", "shape": [-1]}],
+      "outputs": [{"name": "y", "dtype": "float32", "shape": [-1]}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version")));
+  EXPECT_THAT(ParseModelSignature(R"({
+      "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, "three"]}],
+      "outputs": [{"name": "y", "dtype": "float32", "shape": [-1]}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("inputs[0].shape[1]"), HasSubstr("three"))));
+}
+
+TEST(ModelSignatureTest, TensorWithoutNameIsAnError) {
+  EXPECT_THAT(ParseModelSignature(R"({"inputs": [{"dtype": "float32", "shape": [-1]}],
+      "outputs": [{"name": "y", "dtype": "float32", "shape": [-1]}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inputs[0] needs")));
+}
+
+TEST(ModelSignatureTest, AcceptsTheExportersTorchVersionKey) {
+  auto sig = ParseModelSignature(R"({"name": "tiny", "version": "1",
+      "torch_version": "1.13.1",
+      "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 3]}],
+      "outputs": [{"name": "y", "dtype": "float32", "shape": [-1]}]})");
+  EXPECT_TRUE(sig.ok()) << sig.status();
+}
+
 TEST(ModelSignatureTest, MissingFileIsNotFound) {
   EXPECT_THAT(ReadModelSignature("/nonexistent/model.json"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/model.json")));
@@ -65,8 +105,10 @@ TEST(ModelSignatureTest, JsonRoundTripsThroughTheParser) {
   sig.name = "two \"in\"";
   sig.inputs = {{"image", DType::kUInt8, {-1, 3, 224, 224}}, {"count", DType::kInt64, {-1, 1}}};
   sig.outputs = {{"probs", DType::kFloat32, {-1, 10}}};
-  auto back = ParseModelSignature(SignatureToJson(sig));
-  ASSERT_TRUE(back.ok()) << back.status() << "\n" << SignatureToJson(sig);
+  auto json = SignatureToJson(sig);
+  ASSERT_TRUE(json.ok()) << json.status();
+  auto back = ParseModelSignature(*json);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << *json;
   EXPECT_EQ(back->name, sig.name);
   EXPECT_EQ(back->version, "1");
   ASSERT_EQ(back->inputs.size(), 2u);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
 #include "tests/testing/status_matchers.h"
@@ -49,6 +50,7 @@ void Write(const std::string& path, const std::string& text) {
 RuntimeOptions Options(const std::string& model_path) {
   RuntimeOptions o;
   o.model_path = model_path;
+  o.signature_codec = ModelConfigSignatureCodec();
   o.device = "cpu";
   o.threads = 1;
   o.optimize = "none";
@@ -199,6 +201,13 @@ TEST(SignatureCheckTest, MissingSignatureWithoutShapesSaysWhatToPass) {
   EXPECT_THAT(CreateTorchRunner(o),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("mask"), HasSubstr("(image, count)"))));
+}
+
+TEST(SignatureCheckTest, OptionsWithoutASignatureCodecAreRejected) {
+  RuntimeOptions o = Options(ModelCopy("two_in_two_out"));
+  o.signature_codec = SignatureCodec();
+  EXPECT_THAT(CreateTorchRunner(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("signature_codec is not set")));
 }
 
 TEST(SignatureCheckTest, InfersSignatureFromSchemaAndProbeAndWritesIt) {

@@ -1,6 +1,7 @@
 // CPU tests of the LibTorch runtime against the models exported by
 // models/export.py into METALSERVE_MODELS_DIR. The test itself is torch-free:
 // it sees only Runner and project tensors.
+#include "server/model_config/model_config.h"
 #include "server/runtime/torch_runner.h"
 
 #include <cmath>
@@ -31,6 +32,7 @@ std::string ModelPath(const std::string& name) {
 RuntimeOptions Options(const std::string& model) {
   RuntimeOptions o;
   o.model_path = ModelPath(model);
+  o.signature_codec = ModelConfigSignatureCodec();
   o.device = "cpu";
   o.threads = 2;
   o.warmup_batch_sizes = {1, 2};
