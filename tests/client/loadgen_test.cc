@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/channel_factory.h"
 #include "client/report.h"
+#include "grpcpp/client_context.h"
 #include "client/request_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -383,16 +384,33 @@ TEST(LoadGeneratorTest, OpenLoopCountsOverflowInsteadOfDelaying) {
   EXPECT_EQ(stats->elapsed, absl::Milliseconds(1010));
 }
 
+// Sends single calls over `channel` until both servers have one, so both of
+// round_robin's connections are ready; false after kSafetyTimeout.
+bool ConnectBoth(const std::shared_ptr<grpc::Channel>& channel,
+                 const FakeInferenceServer& a, const FakeInferenceServer& b) {
+  auto stub = v1::Inference::NewStub(channel);
+  const absl::Time give_up = absl::Now() + kSafetyTimeout;
+  while (a.received() == 0 || b.received() == 0) {
+    if (absl::Now() > give_up) return false;
+    grpc::ClientContext ctx;
+    v1::PredictResponse response;
+    stub->Predict(&ctx, SmallRequest(1), &response);
+  }
+  return true;
+}
+
 TEST(LoadGeneratorTest, SeveralTargetsAreSpreadRoundRobin) {
-  // A 2 ms reply keeps the run (about 200 ms) long against the few
-  // milliseconds one connection may be ready before the other, during which
-  // round_robin sends everything to the ready one.
+  // Once both connections are ready, round_robin alternates per call, so
+  // 400 calls split exactly 200 / 200. (Before that, everything goes to the
+  // connection that is ready first, which is why the test connects first.)
   auto a = FakeInferenceServer::Start({.delay = absl::Milliseconds(2)});
   auto b = FakeInferenceServer::Start({.delay = absl::Milliseconds(2)});
   ChannelOptions copts;
   copts.targets = {a->address(), b->address()};
   auto channels = CreateChannels(copts);
   ASSERT_TRUE(channels.ok()) << channels.status();
+  ASSERT_TRUE(ConnectBoth(channels->front(), *a, *b));
+  const int64_t a0 = a->received(), b0 = b->received();
   auto gen = LoadGenerator::Create(*channels, SmallRequest(1));
   ASSERT_TRUE(gen.ok());
   LoadSpec spec;
@@ -401,10 +419,8 @@ TEST(LoadGeneratorTest, SeveralTargetsAreSpreadRoundRobin) {
   auto stats = (*gen)->Run(spec);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->ok, 400);
-  EXPECT_EQ(a->received() + b->received(), 400);
-  // round_robin alternates per call: each gets at least a quarter.
-  EXPECT_GE(a->received(), 100);
-  EXPECT_GE(b->received(), 100);
+  EXPECT_EQ(a->received() - a0, 200);
+  EXPECT_EQ(b->received() - b0, 200);
 }
 
 TEST(LoadGeneratorTest, StopEndsRunAndRefusesTheNext) {
