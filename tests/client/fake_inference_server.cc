@@ -65,6 +65,7 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
         stall_ = {now, now + options_.stall};
       }
       if (stall_ && now < stall_->second) due = std::max(due, stall_->second);
+      if (stopping_) due = now;  // the timer may be gone: answer inline
     }
     grpc::Status status;
     if ((options_.fail_every > 0 && n % options_.fail_every == 0) ||
