@@ -91,6 +91,7 @@ class AsyncRun {
   // On a failed assertion the test leaves early: stop the run and move
   // time on until it ends, so the test fails instead of hanging.
   ~AsyncRun() {
+    if (!thread_.joinable()) return;
     rig_.gen->Stop();
     while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
       rig_.clock.AdvanceTime(absl::Hours(1));
@@ -98,10 +99,12 @@ class AsyncRun {
     thread_.join();
   }
   // Waits (bounded, in real time) for the run to end and returns its result.
+  // The join, not the notification, hands result_ over (visible to TSan).
   absl::StatusOr<RunStats> Result() {
     if (!done_.WaitForNotificationWithTimeout(kSafetyTimeout)) {
       return absl::DeadlineExceededError("run did not end");
     }
+    thread_.join();
     return result_;
   }
 
