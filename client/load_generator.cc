@@ -18,18 +18,13 @@
 
 namespace metalserve::client {
 
-using Mono = std::chrono::steady_clock::time_point;
-using MonoClock = std::chrono::steady_clock;
-
 namespace {
 
 constexpr int kNumShards = 8;
 constexpr int kNumCodes = 17;  // grpc::StatusCode 0..16
 constexpr absl::Duration kProgressInterval = absl::Seconds(1);
-// The open-loop scheduler sleeps at most this long at a time, to notice Stop().
-constexpr auto kMaxSchedulerSleep = std::chrono::milliseconds(50);
-
-absl::Duration Since(Mono from, Mono to) { return absl::FromChrono(to - from); }
+// The open-loop scheduler waits at most this long at a time, to notice Stop().
+constexpr absl::Duration kMaxSchedulerSleep = absl::Milliseconds(50);
 
 // Per-thread slice of a phase's results; merged when the phase ends.
 struct Shard {
@@ -43,7 +38,7 @@ struct Shard {
   int64_t queue_us ABSL_GUARDED_BY(mu) = 0;
   int64_t compute_us ABSL_GUARDED_BY(mu) = 0;
   int64_t batch_rows ABSL_GUARDED_BY(mu) = 0;
-  Mono last_done ABSL_GUARDED_BY(mu) = Mono::min();
+  absl::Time last_done ABSL_GUARDED_BY(mu) = absl::InfinitePast();
 };
 
 // Completion threads pick shards round-robin on first use, so a few gRPC
@@ -69,15 +64,12 @@ void KeepMessage(absl::string_view message, std::vector<std::string>& kept) {
 // every call in flight, so a late callback never touches freed state.
 class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
  public:
-  Phase(const LoadGenerator& gen, const LoadSpec& spec, bool warmup)
-      : gen_(gen), spec_(spec), warmup_(warmup) {}
+  Phase(LoadGenerator& gen, const LoadSpec& spec, bool warmup)
+      : gen_(gen), clock_(gen.clock_), spec_(spec), warmup_(warmup) {}
 
   void Start() {
-    start_ = MonoClock::now();
-    const absl::Duration len = warmup_ ? spec_.warmup : spec_.duration;
-    end_ = len == absl::InfiniteDuration()
-               ? Mono::max()
-               : start_ + absl::ToChronoNanoseconds(len);
+    start_ = clock_->TimeNow();
+    end_ = start_ + (warmup_ ? spec_.warmup : spec_.duration);
     if (spec_.open_loop()) {
       scheduler_ = std::thread([this] { Schedule(); });
       return;
@@ -88,7 +80,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
         absl::MutexLock l(&mu_);
         ++outstanding_;
       }
-      Issue(slot, MonoClock::now());
+      Issue(slot, clock_->TimeNow());
     }
     absl::MutexLock l(&mu_);
     scheduling_done_ = true;
@@ -103,13 +95,14 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
         auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return scheduling_done_ && outstanding_ == 0;
         };
-        if (mu_.AwaitWithTimeout(absl::Condition(&idle), kProgressInterval)) {
+        const absl::Time next = clock_->TimeNow() + kProgressInterval;
+        if (clock_->AwaitWithDeadline(&mu_, absl::Condition(&idle), next)) {
           break;
         }
         p.outstanding = outstanding_;
       }
       p.warmup = warmup_;
-      p.elapsed = Since(start_, MonoClock::now());
+      p.elapsed = clock_->TimeNow() - start_;
       p.ok = done_ok_.load(std::memory_order_relaxed);
       p.errors = done_err_.load(std::memory_order_relaxed);
       if (progress) progress(p);
@@ -119,7 +112,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
 
   RunStats Collect() {
     RunStats stats;
-    Mono last = start_;
+    absl::Time last = start_;
     for (Shard& s : shards_) {
       absl::MutexLock l(&s.mu);
       stats.latency.Merge(s.latency);
@@ -142,7 +135,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
     const int64_t overflow = overflow_.load();
     if (overflow > 0) stats.errors[kOverflowError] = overflow;
     stats.rows = stats.ok * gen_.rows_per_request_;
-    stats.elapsed = Since(start_, last);
+    stats.elapsed = last - start_;
     return stats;
   }
 
@@ -151,12 +144,12 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
     grpc::ClientContext ctx;
     v1::PredictResponse response;
     inference::ModelInferResponse kserve_response;
-    Mono start;
+    absl::Time start;
     int slot = 0;
   };
 
   // Claims the right to start one more call at `now`.
-  bool TryClaim(Mono now) {
+  bool TryClaim(absl::Time now) {
     if (gen_.stop_.load(std::memory_order_relaxed) || now >= end_) return false;
     if (!warmup_ && spec_.max_requests >= 0 &&
         issued_.fetch_add(1, std::memory_order_relaxed) >= spec_.max_requests) {
@@ -166,7 +159,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
   }
 
   // Starts one call timed from `start`; the caller counted it outstanding.
-  void Issue(int slot, Mono start) {
+  void Issue(int slot, absl::Time start) {
     auto* call = new Call;
     call->start = start;
     call->slot = slot;
@@ -188,8 +181,9 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
   }
 
   void OnDone(Call* call, const grpc::Status& status) {
-    const Mono now = MonoClock::now();
+    const absl::Time now = clock_->TimeNow();
     Record(*call, status, now);
+    gen_.CountFinishedCall();
     const int slot = call->slot;
     delete call;
     if (!spec_.open_loop() && TryClaim(now)) {
@@ -200,12 +194,12 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
     --outstanding_;
   }
 
-  void Record(const Call& call, const grpc::Status& status, Mono now) {
+  void Record(const Call& call, const grpc::Status& status, absl::Time now) {
     Shard& s = shards_[ThisThreadShard()];
     absl::MutexLock l(&s.mu);
     s.last_done = std::max(s.last_done, now);
     if (status.ok()) {
-      s.latency.Record(Since(call.start, now));
+      s.latency.Record(now - call.start);
       ++s.ok;
       if (gen_.kserve_) {
         const auto& p = call.kserve_response.parameters();
@@ -243,13 +237,14 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
   void Schedule() {
     std::mt19937_64 rng(spec_.seed);
     std::exponential_distribution<double> gap(spec_.rate);
-    const double constant_gap = 1.0 / spec_.rate;
-    double offset_s = 0;
-    int64_t i = 0;
-    for (;; ++i) {
-      const Mono due =
-          start_ + std::chrono::duration_cast<MonoClock::duration>(
-                       std::chrono::duration<double>(offset_s));
+    double poisson_offset_s = 0;
+    for (int64_t i = 0;; ++i) {
+      // Constant spacing: call i is due at exactly i / rate, not at a sum
+      // of rounded gaps, so a run of rate R for D seconds sends R * D calls.
+      const double offset_s = spec_.arrival == Arrival::kPoisson
+                                  ? poisson_offset_s
+                                  : static_cast<double>(i) / spec_.rate;
+      const absl::Time due = start_ + absl::Seconds(offset_s);
       if (!SleepUntil(due) || !TryClaim(due)) break;
       bool send = false;
       {
@@ -264,29 +259,34 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
       } else {
         overflow_.fetch_add(1);
         done_err_.fetch_add(1, std::memory_order_relaxed);
+        gen_.CountFinishedCall();
       }
-      offset_s += spec_.arrival == Arrival::kPoisson ? gap(rng) : constant_gap;
+      if (spec_.arrival == Arrival::kPoisson) poisson_offset_s += gap(rng);
     }
     absl::MutexLock l(&mu_);
     scheduling_done_ = true;
   }
 
-  // Sleeps until `due`; false when the phase ends first.
-  bool SleepUntil(Mono due) {
+  // Waits on the clock until `due`; false when the phase ends first.
+  bool SleepUntil(absl::Time due) {
+    if (due >= end_) return false;
+    absl::MutexLock l(&mu_);
+    auto stopped = [this] { return gen_.stop_.load(std::memory_order_relaxed); };
     for (;;) {
-      if (gen_.stop_.load(std::memory_order_relaxed)) return false;
-      const Mono now = MonoClock::now();
-      if (due >= end_) return false;
+      if (stopped()) return false;
+      const absl::Time now = clock_->TimeNow();
       if (now >= due) return true;
-      std::this_thread::sleep_until(std::min(due, now + kMaxSchedulerSleep));
+      clock_->AwaitWithDeadline(&mu_, absl::Condition(&stopped),
+                                std::min(due, now + kMaxSchedulerSleep));
     }
   }
 
-  const LoadGenerator& gen_;
+  LoadGenerator& gen_;
+  Clock* const clock_;
   const LoadSpec spec_;
   const bool warmup_;
-  Mono start_;
-  Mono end_;
+  absl::Time start_;
+  absl::Time end_;
   std::thread scheduler_;
 
   absl::Mutex mu_;
@@ -333,47 +333,51 @@ double RunStats::MeanBatchRows() const {
 
 absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
     std::vector<std::shared_ptr<grpc::Channel>> channels,
-    v1::PredictRequest request) {
+    v1::PredictRequest request, Clock* clock) {
   if (channels.empty()) return absl::InvalidArgumentError("no channels");
+  if (clock == nullptr) return absl::InvalidArgumentError("no clock");
   std::vector<std::unique_ptr<v1::Inference::Stub>> stubs;
   for (auto& ch : channels) stubs.push_back(v1::Inference::NewStub(ch));
   return std::unique_ptr<LoadGenerator>(
-      new LoadGenerator(std::move(stubs), std::move(request)));
+      new LoadGenerator(std::move(stubs), std::move(request), clock));
 }
 
 absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
     std::vector<std::shared_ptr<grpc::Channel>> channels,
-    inference::ModelInferRequest request) {
+    inference::ModelInferRequest request, Clock* clock) {
   if (channels.empty()) return absl::InvalidArgumentError("no channels");
+  if (clock == nullptr) return absl::InvalidArgumentError("no clock");
   std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
   for (auto& ch : channels) {
     stubs.push_back(inference::GRPCInferenceService::NewStub(ch));
   }
   return std::unique_ptr<LoadGenerator>(
-      new LoadGenerator(std::move(stubs), std::move(request)));
+      new LoadGenerator(std::move(stubs), std::move(request), clock));
 }
 
 LoadGenerator::LoadGenerator(
     std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs,
-    inference::ModelInferRequest request)
+    inference::ModelInferRequest request, Clock* clock)
     : kserve_(true),
       kserve_stubs_(std::move(stubs)),
       kserve_request_(std::move(request)),
       rows_per_request_(kserve_request_.inputs_size() > 0 &&
                                 kserve_request_.inputs(0).shape_size() > 0
                             ? kserve_request_.inputs(0).shape(0)
-                            : 1) {}
+                            : 1),
+      clock_(clock) {}
 
 LoadGenerator::LoadGenerator(
     std::vector<std::unique_ptr<v1::Inference::Stub>> stubs,
-    v1::PredictRequest request)
+    v1::PredictRequest request, Clock* clock)
     : kserve_(false),
       stubs_(std::move(stubs)),
       request_(std::move(request)),
       rows_per_request_(request_.inputs_size() > 0 &&
                                 request_.inputs(0).shape_size() > 0
                             ? request_.inputs(0).shape(0)
-                            : 1) {}
+                            : 1),
+      clock_(clock) {}
 
 absl::StatusOr<RunStats> LoadGenerator::Run(const LoadSpec& spec,
                                             const ProgressFn& progress) {
@@ -403,6 +407,20 @@ absl::StatusOr<RunStats> LoadGenerator::Run(const LoadSpec& spec,
   }
   if (stop_.load()) return absl::CancelledError("stopped before measuring");
   return RunPhase(spec, /*warmup=*/false, progress);
+}
+
+void LoadGenerator::CountFinishedCall() {
+  absl::MutexLock l(&finished_mu_);
+  ++finished_calls_;
+}
+
+bool LoadGenerator::AwaitFinishedCalls(int64_t n,
+                                       absl::Duration timeout) const {
+  absl::MutexLock l(&finished_mu_);
+  auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(finished_mu_) {
+    return finished_calls_ >= n;
+  };
+  return finished_mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
 }
 
 absl::StatusOr<RunStats> LoadGenerator::RunPhase(const LoadSpec& spec,

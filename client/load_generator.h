@@ -23,8 +23,13 @@
 // or request count, whichever comes first, and then waits for every call it
 // started to finish (calls are bounded by the per-call deadline).
 //
+// Time: every time the generator reads (send, completion, phase ends, the
+// open-loop schedule, the progress interval) comes from the `Clock` given to
+// Create(), the real clock by default; tests pass a SimulatedClock and move
+// time themselves. Per-call deadlines are gRPC's and stay in real time.
+//
 // Ownership: holds the channels' stubs and one immutable request shared by
-// all calls. Thread-safety: Run() is called from one thread at a time;
+// all calls; does not own the clock, which must outlive the generator. Thread-safety: Run() is called from one thread at a time;
 // Stop() may be called from any thread (e.g. a signal watcher) and ends the
 // current and later runs early. The destructor must not run during Run().
 #ifndef METALSERVE_CLIENT_LOAD_GENERATOR_H_
@@ -42,8 +47,10 @@
 #include "absl/time/time.h"
 #include "client/latency_histogram.h"
 #include "grpcpp/channel.h"
+#include "absl/synchronization/mutex.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "metalserve/v1/inference.grpc.pb.h"
+#include "server/common/clock.h"
 
 namespace metalserve::client {
 
@@ -124,14 +131,15 @@ using ProgressFn = std::function<void(const Progress&)>;
 
 class LoadGenerator {
  public:
-  // `channels` non-empty; `request` is sent by every call.
+  // `channels` non-empty; `request` is sent by every call; `clock` (not
+  // owned, non-null) times and paces every run.
   static absl::StatusOr<std::unique_ptr<LoadGenerator>> Create(
       std::vector<std::shared_ptr<grpc::Channel>> channels,
-      v1::PredictRequest request);
+      v1::PredictRequest request, Clock* clock = Clock::RealClock());
   // The same over inference.GRPCInferenceService/ModelInfer.
   static absl::StatusOr<std::unique_ptr<LoadGenerator>> Create(
       std::vector<std::shared_ptr<grpc::Channel>> channels,
-      inference::ModelInferRequest request);
+      inference::ModelInferRequest request, Clock* clock = Clock::RealClock());
 
   // Warmup then measurement as `spec` says. InvalidArgument for a bad spec;
   // Cancelled when Stop() was called before the measurement began.
@@ -141,14 +149,22 @@ class LoadGenerator {
   // Ends the current run (and refuses later ones) soon; thread-safe.
   void Stop() { stop_.store(true); }
 
+  // Blocks until at least `n` calls have finished since creation (answered,
+  // failed, or dropped as kOverflowError; warmup included) and been
+  // recorded; false when `timeout` of real time passes first. A test driving a SimulatedClock waits here before moving time
+  // on, so each completion is timed at the instant the server answered.
+  // Thread-safe.
+  bool AwaitFinishedCalls(int64_t n, absl::Duration timeout) const;
+
   class Phase;  // one warmup or measurement, in load_generator.cc
 
  private:
   LoadGenerator(std::vector<std::unique_ptr<v1::Inference::Stub>> stubs,
-                v1::PredictRequest request);
+                v1::PredictRequest request, Clock* clock);
   LoadGenerator(
       std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs,
-      inference::ModelInferRequest request);
+      inference::ModelInferRequest request, Clock* clock);
+  void CountFinishedCall();
   size_t num_stubs() const {
     return kserve_ ? kserve_stubs_.size() : stubs_.size();
   }
@@ -163,7 +179,10 @@ class LoadGenerator {
       kserve_stubs_;
   const inference::ModelInferRequest kserve_request_;
   const int64_t rows_per_request_;
+  Clock* const clock_;
   std::atomic<bool> stop_{false};
+  mutable absl::Mutex finished_mu_;
+  int64_t finished_calls_ ABSL_GUARDED_BY(finished_mu_) = 0;
 };
 
 // Parses a concurrency sweep: "8", "1,4,16", "1:64:x2" (multiply) or

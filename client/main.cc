@@ -36,6 +36,7 @@
 #include "client/request_builder.h"
 #include "grpcpp/client_context.h"
 #include "metalserve/v1/inference.grpc.pb.h"
+#include "server/common/clock.h"
 #include "server/common/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:8500",
@@ -309,9 +310,12 @@ int Main() {
     absl::Status dumped = DumpOutputs(channels->front(), *request, kserve);
     if (!dumped.ok()) return Fail(dumped);
   }
+  // The real clock: tests inject a simulated one, the tool never does.
+  Clock* const clock = Clock::RealClock();
   auto gen = kserve ? LoadGenerator::Create(*std::move(channels),
-                                            ToModelInferRequest(*request))
-                    : LoadGenerator::Create(*std::move(channels), *std::move(request));
+                                            ToModelInferRequest(*request), clock)
+                    : LoadGenerator::Create(*std::move(channels),
+                                            *std::move(request), clock);
   if (!gen.ok()) return Fail(gen.status());
 
   g_generator.store(gen->get());

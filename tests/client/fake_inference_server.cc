@@ -18,10 +18,8 @@
 namespace metalserve::testing {
 namespace {
 
-using Mono = FakeInferenceServer::Mono;
-
 struct Pending {
-  Mono due;
+  absl::Time due;
   grpc::ServerUnaryReactor* reactor;
   grpc::Status status;
   bool operator>(const Pending& o) const { return due > o.due; }
@@ -35,6 +33,10 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
       : options_(options), timer_([this] { TimerLoop(); }) {}
 
   ~Impl() override {
+    if (options_.clock != Clock::RealClock()) {
+      absl::MutexLock l(&mu_);
+      stopping_ = true;  // simulated time stands still: answer pending calls
+    }
     if (server_) server_->Shutdown();  // waits for pending calls to finish
     {
       absl::MutexLock l(&mu_);
@@ -46,10 +48,9 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx,
                                     const v1::PredictRequest* request,
                                     v1::PredictResponse* response) override {
-    const Mono now = std::chrono::steady_clock::now();
+    const absl::Time now = options_.clock->TimeNow();
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    const auto delay = absl::ToChronoNanoseconds(options_.delay);
-    Mono due = now + delay;
+    absl::Time due = now + options_.delay;
     int64_t n;
     {
       absl::MutexLock l(&mu_);
@@ -61,9 +62,10 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
       }
       n = static_cast<int64_t>(arrivals_.size());
       if (n == options_.stall_at_request) {
-        stall_ = {now, now + absl::ToChronoNanoseconds(options_.stall)};
+        stall_ = {now, now + options_.stall};
       }
       if (stall_ && now < stall_->second) due = std::max(due, stall_->second);
+      if (stopping_) due = now;  // the timer may be gone: answer inline
     }
     grpc::Status status;
     if ((options_.fail_every > 0 && n % options_.fail_every == 0) ||
@@ -122,16 +124,17 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
         };
         mu_.Await(absl::Condition(&has_work));
         if (pending_.empty()) return;  // stopping with nothing left
-        const Mono now = std::chrono::steady_clock::now();
-        const Mono due = pending_.top().due;
+        const absl::Time now =
+            stopping_ ? absl::InfiniteFuture() : options_.clock->TimeNow();
+        const absl::Time due = pending_.top().due;
         if (due > now) {
-          // Wake at the earliest due time or when an earlier call arrives.
+          // Wake at the earliest due time, when an earlier call arrives or
+          // when the server stops.
           const size_t size = pending_.size();
           auto changed = [this, size]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-            return pending_.size() != size;
+            return pending_.size() != size || stopping_;
           };
-          mu_.AwaitWithTimeout(absl::Condition(&changed),
-                               absl::FromChrono(due - now));
+          options_.clock->AwaitWithDeadline(&mu_, absl::Condition(&changed), due);
           continue;
         }
         while (!pending_.empty() && pending_.top().due <= now) {
@@ -151,9 +154,9 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
   mutable absl::Mutex mu_;
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending_
       ABSL_GUARDED_BY(mu_);
-  std::vector<Mono> arrivals_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> arrivals_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> last_shape_ ABSL_GUARDED_BY(mu_);
-  std::optional<std::pair<Mono, Mono>> stall_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::pair<absl::Time, absl::Time>> stall_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
@@ -193,12 +196,26 @@ int64_t FakeInferenceServer::received() const {
   return static_cast<int64_t>(impl_->arrivals_.size());
 }
 
+bool FakeInferenceServer::AwaitReceived(int64_t n,
+                                        absl::Duration timeout) const {
+  absl::MutexLock l(&impl_->mu_);
+  auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl_->mu_) {
+    return static_cast<int64_t>(impl_->arrivals_.size()) >= n;
+  };
+  return impl_->mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
+}
+
+int64_t FakeInferenceServer::in_flight() const {
+  absl::MutexLock l(&impl_->mu_);
+  return impl_->in_flight_;
+}
+
 int64_t FakeInferenceServer::peak_in_flight() const {
   absl::MutexLock l(&impl_->mu_);
   return impl_->peak_in_flight_;
 }
 
-std::vector<Mono> FakeInferenceServer::arrivals() const {
+std::vector<absl::Time> FakeInferenceServer::arrivals() const {
   absl::MutexLock l(&impl_->mu_);
   return impl_->arrivals_;
 }
@@ -208,7 +225,8 @@ std::vector<int64_t> FakeInferenceServer::last_input_shape() const {
   return impl_->last_shape_;
 }
 
-std::optional<std::pair<Mono, Mono>> FakeInferenceServer::stall_window() const {
+std::optional<std::pair<absl::Time, absl::Time>>
+FakeInferenceServer::stall_window() const {
   absl::MutexLock l(&impl_->mu_);
   return impl_->stall_;
 }

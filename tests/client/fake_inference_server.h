@@ -14,13 +14,18 @@
 // first input rows. GetModelMetadata describes one float32 input "input" of
 // shape [-1, 4].
 //
-// Ownership: owns the gRPC server and the timer thread. Thread-safety: all
-// methods are thread-safe. The destructor shuts the server down (pending
-// calls still finish on schedule) and joins the timer thread.
+// Time comes from `FakeServerOptions::clock`: with a SimulatedClock a call's
+// delay (and a stall) is over only when the test moves simulated time past
+// it, and arrivals are stamped with simulated time.
+//
+// Ownership: owns the gRPC server and the timer thread; not the clock.
+// Thread-safety: all methods are thread-safe. The destructor shuts the
+// server down and joins the timer thread; on the real clock pending calls
+// still finish on schedule, on a simulated clock (which nobody moves any
+// more) they are answered at once.
 #ifndef METALSERVE_TESTS_CLIENT_FAKE_INFERENCE_SERVER_H_
 #define METALSERVE_TESTS_CLIENT_FAKE_INFERENCE_SERVER_H_
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -30,6 +35,7 @@
 
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
+#include "server/common/clock.h"
 
 namespace metalserve::testing {
 
@@ -45,12 +51,13 @@ struct FakeServerOptions {
   // 0: every response reports kQueueTimeUs; k > 0: the n-th reports
   // kQueueTimeUs * ((n - 1) % k + 1), a known spread for percentiles.
   int64_t queue_time_cycle = 0;
+  // Times delays, stalls and arrivals; not owned, outlives the server.
+  Clock* clock = Clock::RealClock();
   // gRPC callback threads are the library's; this bounds nothing else.
 };
 
 class FakeInferenceServer {
  public:
-  using Mono = std::chrono::steady_clock::time_point;
   static constexpr int64_t kQueueTimeUs = 100;
   static constexpr char kFailMarker[] = "fail";
 
@@ -63,16 +70,22 @@ class FakeInferenceServer {
   std::shared_ptr<grpc::Channel> NewChannel() const;
 
   int64_t received() const;
+  // Blocks until at least `n` Predict calls have arrived, or (false) until
+  // `timeout` of real time, a safety bound, has passed.
+  bool AwaitReceived(int64_t n,
+                     absl::Duration timeout = absl::Seconds(20)) const;
+  // Predict calls arrived and not yet finished.
+  int64_t in_flight() const;
   // The most Predict calls the server held at once (arrived, not yet
   // finished): a closed loop of concurrency N reaches N when the server is
   // slow enough for every connection to be waiting at the same time.
   int64_t peak_in_flight() const;
   // Arrival times of Predict calls, in arrival order.
-  std::vector<Mono> arrivals() const;
+  std::vector<absl::Time> arrivals() const;
   // Shape of the first input of the latest Predict call.
   std::vector<int64_t> last_input_shape() const;
   // The stall window, once a stall has been triggered.
-  std::optional<std::pair<Mono, Mono>> stall_window() const;
+  std::optional<std::pair<absl::Time, absl::Time>> stall_window() const;
 
   class Impl;
 

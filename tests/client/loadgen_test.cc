@@ -1,20 +1,27 @@
 // Load generator against an in-process fake server on 127.0.0.1.
 //
-// Timing tolerances are deliberately generous (stated per test) because CI
-// has two shared cores running client and server in one process. Every run
-// is bounded by a request count or a duration of at most about 1 s.
+// Every test whose outcome depends on time drives a SimulatedClock shared by
+// the generator and the fake server, so its figures are exact: no tolerance
+// bands, nothing that a loaded machine or a sanitizer can push out of
+// bounds. The others are bounded by a request count and depend on counts
+// only. Real time is used only as a safety bound on waits (kSafetyTimeout)
+// and for gRPC's own per-call deadlines.
 #include "client/load_generator.h"
 
 #include <algorithm>
 #include <set>
 #include <string>
+#include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "client/channel_factory.h"
 #include "client/report.h"
+#include "grpcpp/client_context.h"
 #include "client/request_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/fake_inference_server.h"
+#include "tests/testing/simulated_clock.h"
 #include "tests/testing/status_matchers.h"
 
 namespace metalserve::client {
@@ -28,6 +35,10 @@ using ::testing::ElementsAre;
 using ::testing::EndsWith;
 using ::testing::Pair;
 using ::testing::StartsWith;
+
+// Bounds every real-time wait, so a broken generator fails the test instead
+// of hanging it; nothing is proved by it.
+constexpr absl::Duration kSafetyTimeout = absl::Seconds(20);
 
 v1::PredictRequest SmallRequest(int64_t rows, const std::string& model = "") {
   v1::PredictRequest req;
@@ -49,55 +60,117 @@ std::unique_ptr<LoadGenerator> MakeGenerator(const FakeInferenceServer& server,
   return *std::move(gen);
 }
 
+// A simulated clock shared by the generator and the fake server: a call's
+// delay is over only when the test moves time, and the test moves it only
+// once every call due by then has reached the server (AwaitReceived) and
+// every answer given has been recorded (AwaitFinishedCalls), so counts,
+// latencies and elapsed times follow exactly from the schedule.
+struct SimulatedRig {
+  explicit SimulatedRig(FakeServerOptions options, int64_t rows = 1) {
+    options.clock = &clock;
+    server = FakeInferenceServer::Start(options);
+    auto created = LoadGenerator::Create({server->NewChannel()},
+                                         SmallRequest(rows), &clock);
+    EXPECT_TRUE(created.ok()) << created.status();
+    gen = *std::move(created);
+  }
+  SimulatedClock clock;
+  std::unique_ptr<FakeInferenceServer> server;
+  std::unique_ptr<LoadGenerator> gen;
+};
+
+// Runs gen.Run(spec) on its own thread while the test thread moves time.
+class AsyncRun {
+ public:
+  AsyncRun(SimulatedRig& rig, const LoadSpec& spec,
+           ProgressFn progress = nullptr)
+      : rig_(rig), thread_([this, spec, progress] {
+          result_ = rig_.gen->Run(spec, progress);
+          done_.Notify();
+        }) {}
+  // On a failed assertion the test leaves early: stop the run and move
+  // time on until it ends, so the test fails instead of hanging.
+  ~AsyncRun() {
+    if (!thread_.joinable()) return;
+    rig_.gen->Stop();
+    while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
+      rig_.clock.AdvanceTime(absl::Hours(1));
+    }
+    thread_.join();
+  }
+  // Waits (bounded, in real time) for the run to end and returns its result.
+  // The join, not the notification, hands result_ over (visible to TSan).
+  absl::StatusOr<RunStats> Result() {
+    if (!done_.WaitForNotificationWithTimeout(kSafetyTimeout)) {
+      return absl::DeadlineExceededError("run did not end");
+    }
+    thread_.join();
+    return result_;
+  }
+
+ private:
+  SimulatedRig& rig_;
+  absl::Notification done_;
+  absl::StatusOr<RunStats> result_;
+  std::thread thread_;
+};
+
 TEST(LoadGeneratorTest, ClosedLoopThroughputIsConcurrencyOverDelay) {
-  // Tolerance: throughput within 35% of concurrency / delay; latency
-  // percentiles at least the delay and at most 1.5x delay + 5 ms. The delay
-  // is long enough (20 ms) that scheduling noise on a loaded 2-core machine,
-  // or under a sanitizer, stays inside the bounds.
+  // 4 calls of exactly 20 ms kept outstanding for 1 s after a 40 ms warmup:
+  // 52 steps of 4 calls, 200 of them measured, 200 calls/s, every latency
+  // 20 ms.
   constexpr absl::Duration kDelay = absl::Milliseconds(20);
   constexpr int kConcurrency = 4;
-  auto server = FakeInferenceServer::Start({.delay = kDelay});
-  auto gen = MakeGenerator(*server, /*rows=*/3);
+  SimulatedRig rig({.delay = kDelay}, /*rows=*/3);
   LoadSpec spec;
   spec.concurrency = kConcurrency;
   spec.duration = absl::Seconds(1);
-  spec.warmup = absl::Milliseconds(100);
-  auto stats = gen->Run(spec);
+  spec.warmup = 2 * kDelay;
+  AsyncRun run(rig, spec);
+  for (int step = 0; step < 52; ++step) {
+    ASSERT_TRUE(rig.server->AwaitReceived(kConcurrency * (step + 1))) << step;
+    EXPECT_EQ(rig.server->in_flight(), kConcurrency) << step;
+    rig.clock.AdvanceTime(kDelay);
+  }
+  auto stats = run.Result();
   ASSERT_TRUE(stats.ok()) << stats.status();
 
-  const double expected = kConcurrency / absl::ToDoubleSeconds(kDelay);  // 200/s
-  EXPECT_NEAR(stats->RequestsPerSecond(), expected, 0.35 * expected);
-  EXPECT_DOUBLE_EQ(stats->RowsPerSecond(), 3 * stats->RequestsPerSecond());
+  EXPECT_EQ(stats->ok, 200);
+  EXPECT_EQ(stats->elapsed, absl::Seconds(1));
+  EXPECT_DOUBLE_EQ(stats->RequestsPerSecond(), 200);
+  EXPECT_DOUBLE_EQ(stats->RowsPerSecond(), 600);
   EXPECT_TRUE(stats->errors.empty());
-  for (double p : {50.0, 90.0}) {
-    EXPECT_GE(stats->latency.Percentile(p), kDelay) << "p" << p;
-    EXPECT_LE(stats->latency.Percentile(p), 1.5 * kDelay + absl::Milliseconds(5))
-        << "p" << p;
-  }
+  EXPECT_EQ(stats->latency.Min(), kDelay);
+  EXPECT_EQ(stats->latency.Max(), kDelay);
   EXPECT_DOUBLE_EQ(stats->MeanServerQueueUs(), FakeInferenceServer::kQueueTimeUs);
   EXPECT_DOUBLE_EQ(stats->MeanServerComputeUs(), absl::ToInt64Microseconds(kDelay));
   EXPECT_DOUBLE_EQ(stats->MeanBatchRows(), 3);
-  EXPECT_GE(stats->elapsed, absl::Seconds(1));
+  EXPECT_EQ(rig.server->received(), 208);  // 8 warmup calls
 }
 
-// --concurrency N keeps exactly N calls outstanding. The server stalls for
-// 300 ms at its 5th request: every connection's call then waits in the
-// server at once, so the server's peak in-flight count is N; one connection
-// fewer (or more) shows there, whatever the throughput tolerance above.
+// --concurrency N keeps exactly N calls outstanding. No call finishes before
+// the test moves time, so every call of a step waits in the server at once:
+// the server holds exactly N (fewer only in the last, partial step) and its
+// peak is N; one connection fewer (or more) shows there.
 TEST(LoadGeneratorTest, ConcurrencyIsTheNumberOfCallsInFlightAtTheServer) {
   for (const int concurrency : {1, 3, 6}) {
     SCOPED_TRACE(concurrency);
-    auto server = FakeInferenceServer::Start({.delay = absl::Milliseconds(5),
-                                              .stall_at_request = 5,
-                                              .stall = absl::Milliseconds(300)});
-    auto gen = MakeGenerator(*server);
+    SimulatedRig rig({.delay = absl::Milliseconds(5)});
     LoadSpec spec;
     spec.concurrency = concurrency;
     spec.max_requests = 5 + 2 * concurrency;
-    auto stats = gen->Run(spec);
+    AsyncRun run(rig, spec);
+    for (int64_t sent = 0; sent < spec.max_requests; sent += concurrency) {
+      const int64_t step = std::min<int64_t>(concurrency, spec.max_requests - sent);
+      ASSERT_TRUE(rig.server->AwaitReceived(sent + step)) << sent;
+      EXPECT_EQ(rig.server->in_flight(), step) << sent;
+      rig.clock.AdvanceTime(absl::Milliseconds(5));
+    }
+    auto stats = run.Result();
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(stats->ok, spec.max_requests);
-    EXPECT_EQ(server->peak_in_flight(), concurrency);
+    EXPECT_EQ(rig.server->received(), spec.max_requests);
+    EXPECT_EQ(rig.server->peak_in_flight(), concurrency);
   }
 }
 
@@ -195,98 +268,152 @@ TEST(LoadGeneratorTest, ServerQueueTimesGiveRealPercentilesNotOnlyTheMean) {
 }
 
 TEST(LoadGeneratorTest, DeadlineExpiryIsCountedAsDeadlineExceeded) {
-  auto server = FakeInferenceServer::Start({.delay = absl::Milliseconds(300)});
-  auto gen = MakeGenerator(*server);
+  // The server's 300 ms never pass (simulated time stands still), so every
+  // call ends by its real 20 ms gRPC deadline while the server still holds
+  // it: the run did not wait for the server.
+  SimulatedRig rig({.delay = absl::Milliseconds(300)});
   LoadSpec spec;
   spec.concurrency = 2;
   spec.max_requests = 4;
   spec.deadline = absl::Milliseconds(20);
-  auto stats = gen->Run(spec);
+  auto stats = rig.gen->Run(spec);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->ok, 0);
   EXPECT_THAT(stats->errors, ElementsAre(Pair("DEADLINE_EXCEEDED", 4)));
-  EXPECT_LT(stats->elapsed, absl::Milliseconds(290));  // did not wait for the server
+  EXPECT_EQ(stats->elapsed, absl::ZeroDuration());
+  EXPECT_EQ(rig.server->received(), 4);
+  EXPECT_EQ(rig.server->in_flight(), 4);
+}
+
+// The number of arrivals strictly inside the server's stall window.
+int64_t ArrivalsInStall(const FakeInferenceServer& server) {
+  const auto window = server.stall_window();
+  if (!window.has_value()) return -1;
+  const std::vector<absl::Time> arrivals = server.arrivals();
+  return std::count_if(arrivals.begin(), arrivals.end(), [&](absl::Time t) {
+    return t > window->first && t < window->second;
+  });
 }
 
 TEST(LoadGeneratorTest, OpenLoopKeepsScheduleWhileServerStalls) {
-  // 200 req/s for 1 s; the 40th request (t ~ 0.2 s) stalls the server for
-  // 200 ms. A closed loop would stop sending during the stall; the open loop
-  // must send ~40 requests inside the window (asserted >= 30) and their
-  // waiting must show up in the tail (max >= 150 ms, p95 >= 50 ms).
-  auto server = FakeInferenceServer::Start({.delay = absl::Milliseconds(1),
-                                            .stall_at_request = 40,
-                                            .stall = absl::Milliseconds(200)});
-  auto gen = MakeGenerator(*server);
+  // 200 req/s for 1 s: call i is due at 5i ms and answered 5 ms later,
+  // except that call 39 (the 40th, at 195 ms) opens a 200 ms stall: calls
+  // 39..78 are all answered at 395 ms. A closed loop would stop sending
+  // during the stall; the open loop sends calls 40..78 inside it (39), and
+  // their waiting shows in the latencies (call 39: 200 ms).
+  constexpr absl::Duration kGap = absl::Milliseconds(5);
+  SimulatedRig rig({.delay = kGap,
+                    .stall_at_request = 40,
+                    .stall = absl::Milliseconds(200)});
   LoadSpec spec;
   spec.rate = 200;
   spec.duration = absl::Seconds(1);
-  auto stats = gen->Run(spec);
+  AsyncRun run(rig, spec);
+  for (int64_t k = 0; k <= 200; ++k) {  // simulated time is k * 5 ms
+    const int64_t answered = k >= 79 ? k : std::min<int64_t>(k, 39);
+    ASSERT_TRUE(rig.server->AwaitReceived(std::min<int64_t>(k + 1, 200))) << k;
+    ASSERT_TRUE(rig.gen->AwaitFinishedCalls(answered, kSafetyTimeout)) << k;
+    rig.clock.AdvanceTime(kGap);
+  }
+  auto stats = run.Result();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->ok, 200);
   EXPECT_TRUE(stats->errors.empty());
-
-  const auto window = server->stall_window();
-  ASSERT_TRUE(window.has_value());
-  const auto arrivals = server->arrivals();
-  const auto in_stall = std::count_if(arrivals.begin(), arrivals.end(), [&](auto t) {
-    return t > window->first && t < window->second;
-  });
-  EXPECT_GE(in_stall, 30);
-  EXPECT_GE(stats->latency.Max(), absl::Milliseconds(150));
-  EXPECT_LE(stats->latency.Max(), absl::Milliseconds(400));
-  EXPECT_GE(stats->latency.Percentile(95), absl::Milliseconds(50));
-  EXPECT_LT(stats->latency.Percentile(50), absl::Milliseconds(20));
+  EXPECT_EQ(ArrivalsInStall(*rig.server), 39);
+  LatencyHistogram expected;  // the schedule's latencies, for percentiles
+  for (int64_t j = 0; j < 200; ++j) {
+    expected.Record(j >= 39 && j <= 78 ? absl::Milliseconds(395 - 5 * j) : kGap);
+  }
+  EXPECT_EQ(stats->latency.Count(), 200);
+  EXPECT_EQ(stats->latency.Max(), absl::Milliseconds(200));
+  EXPECT_EQ(stats->latency.Min(), kGap);
+  for (double p : {50.0, 80.0, 90.0, 95.0, 99.0}) {
+    EXPECT_EQ(stats->latency.Percentile(p), expected.Percentile(p)) << "p" << p;
+  }
+  EXPECT_EQ(stats->elapsed, absl::Seconds(1));
 }
 
 TEST(LoadGeneratorTest, ClosedLoopStopsSendingWhileServerStalls) {
-  // The contrast to the open loop: one outstanding call means at most one
-  // arrival inside the stall window (two allowed for edge timing).
-  auto server = FakeInferenceServer::Start({.delay = absl::Milliseconds(1),
-                                            .stall_at_request = 20,
-                                            .stall = absl::Milliseconds(200)});
-  auto gen = MakeGenerator(*server);
+  // The contrast to the open loop: with one call outstanding, calls take
+  // 1 ms each except the 20th, held for the 200 ms stall; the next call
+  // goes out only when it is answered, at the window's end, so nothing
+  // arrives inside the window.
+  SimulatedRig rig({.delay = absl::Milliseconds(1),
+                    .stall_at_request = 20,
+                    .stall = absl::Milliseconds(200)});
   LoadSpec spec;
   spec.concurrency = 1;
   spec.max_requests = 60;
-  auto stats = gen->Run(spec);
+  AsyncRun run(rig, spec);
+  for (int64_t call = 0; call < 60; ++call) {
+    ASSERT_TRUE(rig.server->AwaitReceived(call + 1)) << call;
+    rig.clock.AdvanceTime(call == 19 ? absl::Milliseconds(200)
+                                     : absl::Milliseconds(1));
+  }
+  auto stats = run.Result();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  const auto window = server->stall_window();
-  ASSERT_TRUE(window.has_value());
-  const auto arrivals = server->arrivals();
-  const auto in_stall = std::count_if(arrivals.begin(), arrivals.end(), [&](auto t) {
-    return t > window->first && t < window->second;
-  });
-  EXPECT_LE(in_stall, 2);
+  EXPECT_EQ(stats->ok, 60);
+  EXPECT_EQ(ArrivalsInStall(*rig.server), 0);
+  EXPECT_EQ(stats->elapsed, absl::Milliseconds(59 + 200));
+  EXPECT_EQ(stats->latency.Max(), absl::Milliseconds(200));
 }
 
 TEST(LoadGeneratorTest, OpenLoopCountsOverflowInsteadOfDelaying) {
-  // 100 req/s for 0.5 s = 50 due calls; each takes 100 ms and at most 2 may
-  // be in flight, so most due calls overflow. Every due call is accounted
-  // for, either sent or counted as CLIENT_OVERFLOW.
-  auto server = FakeInferenceServer::Start({.delay = absl::Milliseconds(100)});
-  auto gen = MakeGenerator(*server);
+  // 100 req/s for 0.5 s = 50 due calls; each takes 1 s and at most 2 may be
+  // in flight, so calls 0 and 1 are sent and the other 48 overflow on
+  // schedule. Before each 10 ms step the test waits until the due call was
+  // sent or dropped, so each was decided at its own time.
+  SimulatedRig rig({.delay = absl::Seconds(1)});
   LoadSpec spec;
   spec.rate = 100;
   spec.max_outstanding = 2;
   spec.duration = absl::Milliseconds(500);
-  auto stats = gen->Run(spec);
+  AsyncRun run(rig, spec);
+  for (int64_t i = 0; i < 50; ++i) {
+    ASSERT_TRUE(rig.server->AwaitReceived(std::min<int64_t>(i + 1, 2))) << i;
+    const int64_t dropped = std::max<int64_t>(i - 1, 0);
+    ASSERT_TRUE(rig.gen->AwaitFinishedCalls(dropped, kSafetyTimeout)) << i;
+    rig.clock.AdvanceTime(absl::Milliseconds(10));
+  }
+  rig.clock.AdvanceTime(absl::Milliseconds(500));  // call 0 is answered
+  ASSERT_TRUE(rig.gen->AwaitFinishedCalls(48 + 1, kSafetyTimeout));
+  rig.clock.AdvanceTime(absl::Milliseconds(10));  // call 1 is answered
+  auto stats = run.Result();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  ASSERT_EQ(stats->errors.count(kOverflowError), 1u);
-  EXPECT_EQ(stats->ok + stats->errors.at(kOverflowError), 50);
-  EXPECT_GE(stats->errors.at(kOverflowError), 30);
-  EXPECT_EQ(server->received(), stats->ok);
+  EXPECT_EQ(stats->ok, 2);
+  EXPECT_THAT(stats->errors, ElementsAre(Pair(kOverflowError, 48)));
+  EXPECT_EQ(rig.server->received(), 2);
+  EXPECT_EQ(stats->latency.Min(), absl::Seconds(1));
+  EXPECT_EQ(stats->elapsed, absl::Milliseconds(1010));
+}
+
+// Sends single calls over `channel` until both servers have one, so both of
+// round_robin's connections are ready; false after kSafetyTimeout.
+bool ConnectBoth(const std::shared_ptr<grpc::Channel>& channel,
+                 const FakeInferenceServer& a, const FakeInferenceServer& b) {
+  auto stub = v1::Inference::NewStub(channel);
+  const absl::Time give_up = absl::Now() + kSafetyTimeout;
+  while (a.received() == 0 || b.received() == 0) {
+    if (absl::Now() > give_up) return false;
+    grpc::ClientContext ctx;
+    v1::PredictResponse response;
+    stub->Predict(&ctx, SmallRequest(1), &response);
+  }
+  return true;
 }
 
 TEST(LoadGeneratorTest, SeveralTargetsAreSpreadRoundRobin) {
-  // A 2 ms reply keeps the run (about 200 ms) long against the few
-  // milliseconds one connection may be ready before the other, during which
-  // round_robin sends everything to the ready one.
+  // Once both connections are ready, round_robin alternates per call, so
+  // 400 calls split exactly 200 / 200. (Before that, everything goes to the
+  // connection that is ready first, which is why the test connects first.)
   auto a = FakeInferenceServer::Start({.delay = absl::Milliseconds(2)});
   auto b = FakeInferenceServer::Start({.delay = absl::Milliseconds(2)});
   ChannelOptions copts;
   copts.targets = {a->address(), b->address()};
   auto channels = CreateChannels(copts);
   ASSERT_TRUE(channels.ok()) << channels.status();
+  ASSERT_TRUE(ConnectBoth(channels->front(), *a, *b));
+  const int64_t a0 = a->received(), b0 = b->received();
   auto gen = LoadGenerator::Create(*channels, SmallRequest(1));
   ASSERT_TRUE(gen.ok());
   LoadSpec spec;
@@ -295,27 +422,36 @@ TEST(LoadGeneratorTest, SeveralTargetsAreSpreadRoundRobin) {
   auto stats = (*gen)->Run(spec);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->ok, 400);
-  EXPECT_EQ(a->received() + b->received(), 400);
-  // round_robin alternates per call: each gets at least a quarter.
-  EXPECT_GE(a->received(), 100);
-  EXPECT_GE(b->received(), 100);
+  EXPECT_EQ(a->received() - a0, 200);
+  EXPECT_EQ(b->received() - b0, 200);
 }
 
 TEST(LoadGeneratorTest, StopEndsRunAndRefusesTheNext) {
-  auto server = FakeInferenceServer::Start({.delay = absl::Milliseconds(1)});
-  auto gen = MakeGenerator(*server);
+  // Progress is offered after each simulated second; the callback stops the
+  // run during warmup. Calls take 1.5 s, so the two outstanding ones end at
+  // 1.5 s, before the next progress (2 s), and none follows them.
+  SimulatedRig rig({.delay = absl::Milliseconds(1500)});
   LoadSpec spec;
   spec.concurrency = 2;
   spec.duration = absl::Seconds(60);
   spec.warmup = absl::Seconds(60);
   int calls = 0;
-  auto stats = gen->Run(spec, [&](const Progress& p) {
+  absl::Notification stopped;
+  AsyncRun run(rig, spec, [&](const Progress& p) {
     ++calls;
     EXPECT_TRUE(p.warmup);
-    gen->Stop();  // from the progress callback: after about one second
+    EXPECT_EQ(p.elapsed, absl::Seconds(1));
+    EXPECT_EQ(p.outstanding, 2);
+    rig.gen->Stop();
+    stopped.Notify();
   });
-  EXPECT_THAT(stats, StatusIs(absl::StatusCode::kCancelled));
+  ASSERT_TRUE(rig.server->AwaitReceived(2));
+  rig.clock.AdvanceTime(absl::Seconds(1));
+  ASSERT_TRUE(stopped.WaitForNotificationWithTimeout(kSafetyTimeout));
+  rig.clock.AdvanceTime(absl::Milliseconds(500));
+  EXPECT_THAT(run.Result(), StatusIs(absl::StatusCode::kCancelled));
   EXPECT_EQ(calls, 1);
+  EXPECT_EQ(rig.server->received(), 2);
 }
 
 TEST(LoadGeneratorTest, RejectsUnboundedOrInvalidSpecs) {
