@@ -181,9 +181,15 @@ class K8sManifests(unittest.TestCase):
         name = metric["pods"]["metric"]["name"]
         self.assertEqual(name, "metalserve_queue_depth_rows")
         if ARGS.metrics_source:
-            with open(ARGS.metrics_source) as f:
-                self.assertIn(f'"{name}"', f.read(),
-                              "the server does not export the HPA's metric")
+            # Every source file of the metrics module (the families are
+            # built in more than one file).
+            text = ""
+            for file in sorted(os.listdir(ARGS.metrics_source)):
+                if file.endswith(".cc"):
+                    with open(os.path.join(ARGS.metrics_source, file)) as f:
+                        text += f.read()
+            self.assertIn(f'"{name}"', text,
+                          "the server does not export the HPA's metric")
 
 
 def main():
@@ -193,7 +199,7 @@ def main():
     p.add_argument("--server", default="",
                    help="metalserve binary; its --helpfull must define every flag")
     p.add_argument("--metrics_source", default="",
-                   help="server/metrics/metrics.cc, to check metric names")
+                   help="the server/metrics folder, to check metric names")
     ARGS, rest = p.parse_known_args()
     deploy_common.run_tests([sys.argv[0], *rest])
 
