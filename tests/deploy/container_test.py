@@ -27,7 +27,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
+from proc_util import Process, compile_stubs, free_port, http_get, tail, wait_for  # noqa: E402
 
 ARGS = None
 SKIP = 77
@@ -79,14 +79,7 @@ class Container(unittest.TestCase):
 
     @classmethod
     def _load_stubs(cls):
-        out = os.path.join(cls.tmp, "stubs")
-        os.makedirs(out)
-        subprocess.run([
-            "/usr/bin/python3", "-m", "grpc_tools.protoc",
-            f"-I{ARGS.proto_dir}", f"--python_out={out}",
-            f"--grpc_python_out={out}", "metalserve/v1/inference.proto",
-        ], check=True, timeout=60)
-        sys.path.insert(0, out)
+        compile_stubs(ARGS.proto_dir, cls.tmp)
         from metalserve.v1 import inference_pb2, inference_pb2_grpc
         cls.pb2 = inference_pb2
         cls.pb2_grpc = inference_pb2_grpc

@@ -30,26 +30,10 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
+from proc_util import Process, compile_stubs, free_port, http_get, tail, wait_for  # noqa: E402
 
 ARGS = None
 MIB = 1 << 20
-
-
-def compile_stubs(tmp):
-    """Python stubs for inference.proto and (under another package name, as
-    grpc.health would be shadowed by grpc itself) health.proto."""
-    out = os.path.join(tmp, "stubs")
-    health_dir = os.path.join(tmp, "protos", "lifecycle_health")
-    os.makedirs(out)
-    os.makedirs(health_dir)
-    shutil.copy(os.path.join(ARGS.proto_dir, "grpc/health/v1/health.proto"), health_dir)
-    for include, proto in ((ARGS.proto_dir, "metalserve/v1/inference.proto"),
-                           (os.path.join(tmp, "protos"), "lifecycle_health/health.proto")):
-        subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", f"-I{include}",
-                        f"--python_out={out}", f"--grpc_python_out={out}", proto],
-                       check=True, timeout=60)
-    sys.path.insert(0, out)
 
 
 def make_pki(d):
@@ -73,7 +57,7 @@ class Lifecycle(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="metalserve_lifecycle_")
-        compile_stubs(cls.tmp)
+        compile_stubs(ARGS.proto_dir, cls.tmp, health_package="lifecycle_health")
 
     @classmethod
     def tearDownClass(cls):

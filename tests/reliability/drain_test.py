@@ -44,7 +44,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, tail, wait_for  # noqa: E402
+from proc_util import Process, compile_stubs, free_port, tail, wait_for  # noqa: E402
 
 ARGS = None
 REQUESTS = 6000
@@ -57,19 +57,7 @@ class DrainTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="metalserve_drain_")
         self.procs = []
-        out = os.path.join(self.tmp, "stubs")
-        os.makedirs(out)
-        # health.proto is compiled from a copy under another path: a module
-        # named grpc.health would be shadowed by the grpc package itself.
-        health_dir = os.path.join(self.tmp, "protos", "drain_health")
-        os.makedirs(health_dir)
-        shutil.copy(os.path.join(ARGS.proto_dir, "grpc/health/v1/health.proto"), health_dir)
-        for include, proto in ((ARGS.proto_dir, "metalserve/v1/inference.proto"),
-                               (os.path.join(self.tmp, "protos"), "drain_health/health.proto")):
-            subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", f"-I{include}",
-                            f"--python_out={out}", f"--grpc_python_out={out}", proto],
-                           check=True, timeout=60)
-        sys.path.insert(0, out)
+        compile_stubs(ARGS.proto_dir, self.tmp, health_package="drain_health")
 
     def tearDown(self):
         for p in self.procs:

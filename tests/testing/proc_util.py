@@ -1,5 +1,6 @@
 """Helpers shared by the Python integration tests and bench scripts: free
-loopback ports, polling with a deadline, log tails, plain HTTP GET, and a
+loopback ports, polling with a deadline, log tails, plain HTTP GET, Python
+gRPC stubs compiled from the repository's protos, and a
 child process that is always stopped (SIGTERM, then SIGKILL).
 
 Standard library only, and no syntax newer than Python 3.6, so it runs under
@@ -12,9 +13,11 @@ imports it with
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -25,6 +28,27 @@ def free_port():
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+
+
+def compile_stubs(proto_dir, tmp, health_package=None):
+    """Compiles metalserve/v1/inference.proto from `proto_dir` into TMP/stubs
+    with grpc_tools and puts that folder first on sys.path. With
+    `health_package`, grpc/health/v1/health.proto too, as that top-level
+    package: a module named grpc.health would be shadowed by the grpc package
+    itself."""
+    out = os.path.join(tmp, "stubs")
+    os.makedirs(out)
+    protos = [(proto_dir, "metalserve/v1/inference.proto")]
+    if health_package:
+        health_dir = os.path.join(tmp, "protos", health_package)
+        os.makedirs(health_dir)
+        shutil.copy(os.path.join(proto_dir, "grpc/health/v1/health.proto"), health_dir)
+        protos.append((os.path.join(tmp, "protos"), health_package + "/health.proto"))
+    for include, proto in protos:
+        subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + include,
+                        "--python_out=" + out, "--grpc_python_out=" + out, proto],
+                       check=True, timeout=60)
+    sys.path.insert(0, out)
 
 def wait_for(what, predicate, deadline, interval=0.1):
     """Polls `predicate` until it returns a truthy value or `deadline`
