@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,11 +27,14 @@
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
 #include "server/service/access_log.h"
+#include "server/service/null_runner.h"
 #include "server/service/server.h"
 
 ABSL_FLAG(std::string, model, METALSERVE_DEFAULT_MODEL,
           "TorchScript model file; its signature is read from the .json beside it "
-          "(without one, see --input_shape)");
+          "(without one, see --input_shape). null:<signature.json> serves zeros of "
+          "the signature's outputs with no model work, to measure the transport "
+          "floor (docs/performance.md)");
 ABSL_FLAG(std::string, input_shape, "",
           "Only for a model without a signature .json: each input's shape after the "
           "batch dimension, by forward's argument name, all inputs in this one flag with "
@@ -41,7 +45,9 @@ ABSL_FLAG(std::string, input_dtype, "",
           "With --input_shape: dtypes by input name, e.g. mask=uint8,ids=int64 "
           "(names: docs/signature.md). Default: float32 for every input");
 ABSL_FLAG(std::string, address, "127.0.0.1:8500",
-          "gRPC listen address host:port (loopback by default; port 0 picks one)");
+          "gRPC listen address host:port (loopback by default; port 0 picks one), "
+          "unix:///path/to.sock for a Unix domain socket, or several separated by "
+          "commas, e.g. 127.0.0.1:8500,unix:///run/metalserve.sock");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "Prometheus /metrics listen address; empty turns the listener off "
           "(metrics are still recorded)");
@@ -184,6 +190,30 @@ std::unique_ptr<metalserve::Runner> LoadModelOrExit(
     LOG(ERROR) << "model: " << runner.status();
     std::exit(1);
   }
+  return *std::move(runner);
+}
+
+// The runner of --model: a NullRunner for null:<signature.json>, else the
+// TorchScript model.
+std::unique_ptr<metalserve::Runner> RunnerOrExit(const metalserve::RuntimeOptions& ro,
+                                                 const metalserve::Metrics& metrics,
+                                                 const std::string& dump_path) {
+  const absl::string_view model = ro.model_path;
+  if (!absl::StartsWith(model, metalserve::kNullModelPrefix)) {
+    return LoadModelOrExit(ro, metrics, dump_path);
+  }
+  const std::string path(model.substr(metalserve::kNullModelPrefix.size()));
+  auto sig = metalserve::ReadModelSignature(path);
+  if (!sig.ok()) {
+    LOG(ERROR) << "--model=" << model << ": " << sig.status();
+    std::exit(1);
+  }
+  auto runner = metalserve::NullRunner::Create(*std::move(sig));
+  if (!runner.ok()) {
+    LOG(ERROR) << "--model=" << model << ": " << runner.status();
+    std::exit(1);
+  }
+  LOG(WARNING) << "null runner: answering zeros with no model work (benchmarks only)";
   return *std::move(runner);
 }
 
@@ -346,7 +376,7 @@ int main(int argc, char** argv) {
   const metalserve::RuntimeOptions ro = RuntimeOptionsFromFlags(so.batching, metrics.get());
   LogStart(version, ro, so, mo);
 
-  auto runner = LoadModelOrExit(ro, *metrics, dump_path);
+  auto runner = RunnerOrExit(ro, *metrics, dump_path);
   const metalserve::ModelInfo& info = runner->info();
   metrics->SetModelTimes(info.load_time, info.warmup_time);
   metrics->SetBuildInfo(version, info.torch_version, info.device, info.name);

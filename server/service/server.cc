@@ -16,6 +16,7 @@
 #include "server/service/batch_executor.h"
 #include "server/service/inference_service.h"
 #include "server/service/kserve_service.h"
+#include "server/service/listen_address.h"
 
 namespace metalserve {
 namespace {
@@ -115,19 +116,28 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, creds, &s->port_);
+  if (absl::Status st = s->AddListeningPorts(options, creds, &builder); !st.ok()) {
+    s->batcher_->Shutdown();
+    return st;
+  }
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->kserve_.get());
   ConfigureTransport(options, &builder);
   s->accepted_ = CountAcceptedCalls(&builder);
   s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || s->port_ == 0) {
+  for (size_t i = 0; i < s->addresses_.size(); ++i) {
+    if (s->server_ != nullptr && *s->bound_ports_[i] != 0) continue;
     s->batcher_->Shutdown();
+    for (const std::string& f : s->socket_files_) RemoveUnixSocket(f);
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on '", options.address,
-        "': the port is in use (another server on it?) or the host is not an "
-        "address of this machine"));
+        "cannot listen on '", s->addresses_[i],
+        "': the port is in use (another server on it?), the host is not an "
+        "address of this machine, or the socket's folder is not writable"));
   }
+  for (size_t i = 0; i < s->addresses_.size() && s->port_ == 0; ++i) {
+    if (!UnixSocketPath(s->addresses_[i]).has_value()) s->port_ = *s->bound_ports_[i];
+  }
+  if (s->port_ == 0) s->port_ = *s->bound_ports_.front();
   s->SetServing(true);
   LOG(INFO) << "serving " << runner->info().name << " on " << options.address
             << " (port " << s->port_ << ")"
@@ -163,7 +173,23 @@ void InferenceServer::Shutdown(absl::Duration timeout) {
   if (server_ != nullptr) StopGrpc(absl::Now() + timeout);
   if (batcher_ != nullptr) batcher_->Shutdown();
   if (server_ != nullptr) server_->Wait();
+  for (const std::string& f : socket_files_) RemoveUnixSocket(f);
   LOG(INFO) << "server stopped";
+}
+
+absl::Status InferenceServer::AddListeningPorts(
+    const ServerOptions& options, const std::shared_ptr<grpc::ServerCredentials>& creds,
+    grpc::ServerBuilder* builder) {
+  addresses_ = SplitAddresses(options.address);
+  for (const std::string& address : addresses_) {
+    if (std::optional<std::string> path = UnixSocketPath(address)) {
+      RETURN_IF_ERROR(PrepareUnixSocket(*path));
+      socket_files_.push_back(*path);
+    }
+    bound_ports_.push_back(std::make_unique<int>(0));
+    builder->AddListeningPort(address, creds, bound_ports_.back().get());
+  }
+  return absl::OkStatus();
 }
 
 // gRPC's Server::Shutdown waits for every open call, streams included, until

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -29,6 +30,8 @@
 
 namespace grpc {
 class Server;
+class ServerBuilder;
+class ServerCredentials;
 class Service;
 }  // namespace grpc
 
@@ -40,9 +43,14 @@ class InferenceService;
 class KServeService;
 
 struct ServerOptions {
-  // host:port to listen on (IPv6 hosts in brackets, "[::1]:8500"), or
-  // unix:/path. The port is required, in [0, 65535]; 0 picks a free one (see
-  // port()). Bound exclusively: a second server on the port fails to start.
+  // Where to listen: host:port (IPv6 hosts in brackets, "[::1]:8500"),
+  // unix:/path or unix:///path (a Unix domain socket), or several of these
+  // separated by commas ("127.0.0.1:8500,unix:///run/metalserve.sock"). A
+  // port is required, in [0, 65535]; 0 picks a free one (see port()). Bound
+  // exclusively: a second server on a port or a live socket fails to start;
+  // a stale socket file (no server answers on it) is removed with a log
+  // line, and the server removes its socket files on shutdown
+  // (listen_address.h).
   std::string address = "127.0.0.1:8500";
   // Largest gRPC message accepted or sent, bytes. Default 64 MiB: a batch of
   // 100 fp32 3x224x224 images (602,112 bytes each) fits.
@@ -76,7 +84,8 @@ struct ServerOptions {
   // for four largest requests arriving at once.
   int64_t MemoryQuotaBytes() const;
   // OK, or INVALID_ARGUMENT naming the field and its value: an address
-  // without a port or with one outside [0, 65535], max_message_bytes outside
+  // without a port or with one outside [0, 65535], an empty or repeated entry
+  // in the address list, a socket path too long or in a missing folder, max_message_bytes outside
   // [1, 2^31 - 1], device_concurrency < 1, invalid batching options, TLS
   // files that cannot be read or parsed, or a key that does not match the
   // certificate. Reads the TLS files. Start() calls it; main calls it first
@@ -95,6 +104,8 @@ class InferenceServer {
       Clock* clock = nullptr);
   ~InferenceServer();
 
+  // The port bound for the first host:port address; 1 when every address is
+  // a Unix socket (gRPC's answer for a bound socket).
   int port() const { return port_; }
   // Health status of "" and "metalserve.v1.Inference", and the KServe
   // ServerReady/ModelReady answers.
@@ -107,6 +118,11 @@ class InferenceServer {
  private:
   InferenceServer() = default;
   void StopGrpc(absl::Time deadline);
+  // Adds every address of `options` to `builder`, first checking each Unix
+  // socket path (PrepareUnixSocket); records the socket files to remove.
+  absl::Status AddListeningPorts(const ServerOptions& options,
+                                 const std::shared_ptr<grpc::ServerCredentials>& creds,
+                                 grpc::ServerBuilder* builder);
 
   Metrics* metrics_ = nullptr;
   std::unique_ptr<BatchExecutor> executor_;
@@ -116,6 +132,9 @@ class InferenceServer {
   std::shared_ptr<AcceptedCalls::State> accepted_;  // unary calls in handlers
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<int>> bound_ports_;  // one per address, set by gRPC
+  std::vector<std::string> socket_files_;  // removed on shutdown
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

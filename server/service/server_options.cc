@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
+#include "server/service/listen_address.h"
 #include "server/service/server.h"
 
 namespace metalserve {
@@ -33,10 +35,11 @@ absl::Status BadAddress(absl::string_view address, absl::string_view why) {
 
 absl::Status ValidateAddress(absl::string_view address) {
   if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
-    if (address.substr(address.find(':') + 1).empty()) {
+    const std::optional<std::string> path = UnixSocketPath(address);
+    if (address.substr(address.find(':') + 1).empty() || (path && path->empty())) {
       return BadAddress(address, "has no socket path");
     }
-    return absl::OkStatus();
+    return path ? ValidateUnixSocketPath(address, *path) : absl::OkStatus();
   }
   absl::string_view host = address;
   absl::string_view port;
@@ -128,10 +131,27 @@ absl::Status ValidateTls(const ServerOptions& o) {
   return absl::OkStatus();
 }
 
+// Each entry of the comma-separated list valid, and none given twice.
+absl::Status ValidateAddresses(absl::string_view list) {
+  const std::vector<std::string> all = SplitAddresses(list);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "address list '", list, "' has an empty entry; separate addresses with one comma"));
+    }
+    RETURN_IF_ERROR(ValidateAddress(all[i]));
+    if (std::find(all.begin(), all.begin() + i, all[i]) != all.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address '", all[i], "' is given twice in '", list, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ServerOptions::Validate() const {
-  RETURN_IF_ERROR(ValidateAddress(address));
+  RETURN_IF_ERROR(ValidateAddresses(address));
   if (max_message_bytes <= 0 || max_message_bytes > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_message_bytes must be in [1, 2147483647], got ", max_message_bytes));

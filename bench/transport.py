@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""The transport floor: server CPU per request and throughput of the same
+client (metalserve-bench) against, for the same payload:
+
+  echo   bench/transport/echo_server: gRPC alone (receives the request,
+         answers a fixed response of the model's output size, parses nothing);
+  null   metalserve --model=null:<signature.json>: the whole server (parse,
+         validate, queue, batch, split, serialise) with no model work;
+  model  metalserve with the real model (when --model is given),
+
+each over TCP loopback and over a Unix domain socket (one server listening on
+both: --address=127.0.0.1:P,unix:///...). Server CPU per request is the server
+process's utime+stime from /proc/PID/stat over a timed metalserve-bench run,
+divided by the requests it answered; so null - echo is the service's share
+above gRPC, and model - null the runtime's (batch assembly, device copy,
+forward, output copy).
+
+  bench/transport.py                                  # identity [1,4] and 3x224x224
+  bench/transport.py --payloads=build/models/resnet18.json --concurrency=64
+  bench/transport.py --model=build/models/identity.pt --payloads=build/models/identity.json
+
+Prints one table and writes it as JSON to --json when given. Linux only
+(/proc). Only the standard library is needed.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    """utime + stime of `pid`, seconds (fields 14 and 15 of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+class Proc:
+    """A server process started with `cmd`, ready when `ready` is in its log."""
+
+    def __init__(self, cmd, log_path, ready, timeout=120):
+        print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            text = open(log_path).read()
+            if ready in text:
+                return
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{cmd[0]} exited:\n{text[-3000:]}")
+            time.sleep(0.1)
+        self.stop()
+        raise SystemExit(f"{cmd[0]} did not become ready in {timeout} s")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def addresses(workdir, tag):
+    port = free_port()
+    sock = os.path.join(workdir, f"{tag}.sock")
+    return {"tcp": f"127.0.0.1:{port}", "uds": f"unix://{sock}"}
+
+
+def start_echo(a, sig, workdir, tag):
+    addr = addresses(workdir, tag)
+    # The echo server takes one address: one process per transport.
+    procs = {}
+    for kind, target in addr.items():
+        procs[kind] = Proc([os.path.join(a.build, "bench/transport/echo_server"),
+                            f"--signature={sig}", f"--address={target}"],
+                           os.path.join(workdir, f"{tag}-{kind}.log"), "ready: gRPC")
+    return procs, addr
+
+
+def start_metalserve(a, model, workdir, tag):
+    addr = addresses(workdir, tag)
+    cmd = [os.path.join(a.build, "metalserve"), f"--model={model}",
+           f"--address={addr['tcp']},{addr['uds']}", "--metrics_address=",
+           f"--max_batch_size={a.max_batch_size}", f"--threads={a.threads}",
+           f"--max_queue_delay={a.max_queue_delay}", "--monitor_log_interval=0",
+           "--device=cpu"] + a.server_args
+    p = Proc(cmd, os.path.join(workdir, f"{tag}.log"), "ready: gRPC")
+    return {"tcp": p, "uds": p}, addr
+
+
+def measure(a, proc, target):
+    """One timed metalserve-bench run; the server's CPU over it."""
+    bench = os.path.join(a.build, "metalserve-bench")
+    common = [bench, f"--target={target}", f"--concurrency={a.concurrency}",
+              "--output=json", "--progress=off", f"--input={a.input}"]
+    subprocess.run(common + ["--requests=200"], check=True, capture_output=True)  # warm-up
+    c0 = cpu_seconds(proc.proc.pid)
+    out = subprocess.run(common + [f"--duration={a.duration}s"], check=True,
+                         capture_output=True, text=True).stdout
+    c1 = cpu_seconds(proc.proc.pid)
+    r = json.loads(out)["runs"][0]
+    n = max(1, r["ok"])
+    return {"requests": r["ok"], "errors": sum(r["errors"].values()),
+            "requests_per_s": r["requests_per_s"], "p50_ms": r["latency_us"]["p50"] / 1e3,
+            "p99_ms": r["latency_us"]["p99"] / 1e3,
+            "server_cpu_us_per_request": 1e6 * (c1 - c0) / n}
+
+
+def payload_rows(a, sig, workdir):
+    name = os.path.splitext(os.path.basename(sig))[0]
+    kinds = [("echo", lambda t: start_echo(a, sig, workdir, t)),
+             ("null", lambda t: start_metalserve(a, f"null:{sig}", workdir, t))]
+    if a.model:
+        kinds.append(("model", lambda t: start_metalserve(a, a.model, workdir, t)))
+    rows = []
+    for kind, start in kinds:
+        procs, addr = start(f"{name}-{kind}")
+        try:
+            for transport in ("tcp", "uds"):
+                r = measure(a, procs[transport], addr[transport])
+                r.update(payload=name, server=kind, transport=transport)
+                rows.append(r)
+                print_row(r)
+        finally:
+            for p in set(procs.values()):
+                p.stop()
+    return rows
+
+
+def print_row(r):
+    print(f"{r['payload']:>10} {r['server']:>5} {r['transport']:>3}"
+          f" {r['requests_per_s']:9.0f} req/s  p50 {r['p50_ms']:6.3f} ms"
+          f"  p99 {r['p99_ms']:6.3f} ms  server CPU {r['server_cpu_us_per_request']:7.1f}"
+          f" us/request  ({r['requests']} requests, {r['errors']} errors)", flush=True)
+
+
+def summary(rows):
+    """Each server's CPU per request over the echo floor, same payload and transport."""
+    floor = {(r["payload"], r["transport"]): r for r in rows if r["server"] == "echo"}
+    for r in rows:
+        f = floor.get((r["payload"], r["transport"]))
+        if f and r["server"] != "echo":
+            r["cpu_over_floor"] = r["server_cpu_us_per_request"] / max(
+                1e-9, f["server_cpu_us_per_request"])
+            print(f"{r['payload']:>10} {r['server']:>5} {r['transport']:>3}: "
+                  f"{r['cpu_over_floor']:.2f}x the echo floor's CPU per request, "
+                  f"{r['requests_per_s'] / max(1e-9, f['requests_per_s']):.2f}x its throughput")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--payloads", default="",
+                   help="signature .json files, comma-separated; default: "
+                        "<build>/models/identity.json and resnet18.json")
+    p.add_argument("--model", default="", help="also measure this TorchScript model")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per run")
+    p.add_argument("--input", default="zeros")
+    p.add_argument("--max_batch_size", type=int, default=1,
+                   help="metalserve's batch limit; default 1 (unbatched)")
+    p.add_argument("--max_queue_delay", default="2ms")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--server_arg", dest="server_args", action="append", default=[],
+                   help="extra metalserve flag, repeatable")
+    p.add_argument("--json", default="", help="write the rows here")
+    a = p.parse_args()
+    sigs = [s for s in a.payloads.split(",") if s] or [
+        os.path.join(a.build, "models", n) for n in ("identity.json", "resnet18.json")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="metalserve-transport-") as workdir:
+        for sig in sigs:
+            rows += payload_rows(a, sig, workdir)
+    summary(rows)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"command": sys.argv, "cores": os.cpu_count(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+// NullRunner: zeros of the declared outputs for any batch, never reading the
+// inputs; signatures it cannot answer are refused at Create.
+#include "server/service/null_runner.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace metalserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelSignature ImageSignature() {
+  ModelSignature sig;
+  sig.name = "resnet18";
+  sig.inputs = {{"input", DType::kFloat32, {-1, 3, 224, 224}}};
+  sig.outputs = {{"logits", DType::kFloat32, {-1, 1000}},
+                 {"ids", DType::kInt64, {-1, 2}}};
+  return sig;
+}
+
+TEST(NullRunnerTest, AnswersZerosOfEachDeclaredOutputForTheBatchRows) {
+  auto runner = NullRunner::Create(ImageSignature());
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  EXPECT_EQ((*runner)->info().name, "resnet18");
+  EXPECT_EQ((*runner)->info().device, "none");
+  const std::string row(3 * 224 * 224 * 4, '\x7f');
+  BatchedInput in{DType::kFloat32, {3, 3, 224, 224}, {row, row}};  // 2 rows + 1 pad
+  auto out = (*runner)->RunBatch({in});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 2u);
+  EXPECT_EQ((*out)[0].name, "logits");
+  EXPECT_EQ((*out)[0].shape, (std::vector<int64_t>{3, 1000}));
+  EXPECT_EQ((*out)[0].data, std::string(3 * 1000 * 4, '\0'));
+  EXPECT_EQ((*out)[1].dtype, DType::kInt64);
+  EXPECT_EQ((*out)[1].shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ((*out)[1].data.size(), 3u * 2 * 8);
+}
+
+TEST(NullRunnerTest, RefusesAnOutputWhoseRowSizeIsNotFixed) {
+  ModelSignature sig = ImageSignature();
+  sig.outputs[0].shape = {-1, -1};
+  auto runner = NullRunner::Create(sig);
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(runner.status().message(), HasSubstr("'logits' has shape [-1,-1]"));
+}
+
+TEST(NullRunnerTest, RefusesASignatureWithoutOutputs) {
+  ModelSignature sig = ImageSignature();
+  sig.outputs.clear();
+  auto runner = NullRunner::Create(sig);
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(runner.status().message(), HasSubstr("1 and 0"));
+}
+
+}  // namespace
+}  // namespace metalserve
