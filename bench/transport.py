@@ -97,7 +97,7 @@ def start_echo(a, sig, workdir, tag):
 
 def start_metalserve(a, model, workdir, tag):
     addr = addresses(workdir, tag)
-    cmd = [os.path.join(a.build, "metalserve"), f"--model={model}",
+    cmd = [a.metalserve or os.path.join(a.build, "metalserve"), f"--model={model}",
            f"--address={addr['tcp']},{addr['uds']}", "--metrics_address=",
            f"--max_batch_size={a.max_batch_size}", f"--threads={a.threads}",
            f"--max_queue_delay={a.max_queue_delay}", "--monitor_log_interval=0",
@@ -130,6 +130,7 @@ def payload_rows(a, sig, workdir):
              ("null", lambda t: start_metalserve(a, f"null:{sig}", workdir, t))]
     if a.model:
         kinds.append(("model", lambda t: start_metalserve(a, a.model, workdir, t)))
+    kinds = [k for k in kinds if k[0] in a.servers.split(",")]
     rows = []
     for kind, start in kinds:
         procs, addr = start(f"{name}-{kind}")
@@ -173,6 +174,10 @@ def main():
                    help="signature .json files, comma-separated; default: "
                         "<build>/models/identity.json and resnet18.json")
     p.add_argument("--model", default="", help="also measure this TorchScript model")
+    p.add_argument("--metalserve", default="",
+                   help="the server binary (default <build>/metalserve), e.g. to compare builds")
+    p.add_argument("--servers", default="echo,null,model",
+                   help="which of echo, null, model to run (model only with --model)")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     p.add_argument("--input", default="zeros")
