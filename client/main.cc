@@ -42,7 +42,7 @@
 ABSL_FLAG(std::string, target, "127.0.0.1:8500",
           "Server address host:port, or several comma-separated (IPv4 or IPv6 "
           "literals) spread with round_robin, or one gRPC URI such as "
-          "dns:///name:port.");
+          "dns:///name:port or unix:///path/to.sock (a Unix domain socket).");
 ABSL_FLAG(std::string, protocol, "native",
           "Wire protocol: native (metalserve.v1.Inference/Predict) or kserve "
           "(inference.GRPCInferenceService/ModelInfer with raw_input_contents, "
