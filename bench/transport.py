@@ -128,7 +128,9 @@ def payload_rows(a, sig, workdir):
     name = os.path.splitext(os.path.basename(sig))[0]
     kinds = [("echo", lambda t: start_echo(a, sig, workdir, t)),
              ("null", lambda t: start_metalserve(a, f"null:{sig}", workdir, t))]
-    if a.model:
+    # The model runs with its own signature's payload only (metalserve-bench
+    # builds its requests from the server's metadata).
+    if a.model and os.path.abspath(os.path.splitext(a.model)[0] + ".json") == os.path.abspath(sig):
         kinds.append(("model", lambda t: start_metalserve(a, a.model, workdir, t)))
     kinds = [k for k in kinds if k[0] in a.servers.split(",")]
     rows = []
@@ -173,7 +175,9 @@ def main():
     p.add_argument("--payloads", default="",
                    help="signature .json files, comma-separated; default: "
                         "<build>/models/identity.json and resnet18.json")
-    p.add_argument("--model", default="", help="also measure this TorchScript model")
+    p.add_argument("--model", default="",
+                   help="also measure this TorchScript model, with the payload of its "
+                        "signature (<model>.json, which must be among --payloads)")
     p.add_argument("--metalserve", default="",
                    help="the server binary (default <build>/metalserve), e.g. to compare builds")
     p.add_argument("--servers", default="echo,null,model",
