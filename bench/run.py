@@ -21,6 +21,7 @@ matplotlib is present, a PNG of throughput against p99 latency.
   bench/run.py --model=resnet50 --device=cuda --batches=1,8,32,64,128,256 \\
       --sweep=1,16,64,256,512 --max_batch_size=256 --tag=fp32 --out=bench/results
   bench/run.py --port=9000   # servers on 127.0.0.1:9000 (batched), :9001 (unbatched)
+  bench/run.py --transport   # also the transport floor: echo, null runner, model; TCP and a Unix socket
 
 Only the standard library is needed (the GPU host has no extra packages).
 """
@@ -205,6 +206,23 @@ def warned(summary, key):
     return f"   WARNING: {'; '.join(w)}" if w else ""
 
 
+def transport_floor(a):
+    """bench/transport.py's rows for this model's payload: the echo floor, the
+    null runner and the model, over TCP and a Unix socket, at the sweep's
+    highest concurrency, unbatched: server CPU per request against gRPC's own."""
+    import transport  # bench/transport.py
+    t = argparse.Namespace(
+        build=a.build, metalserve="", servers="echo,null,model", model=a.model_path,
+        concurrency=max(a.sweep_levels), duration=a.duration, input=a.input,
+        max_batch_size=1, max_queue_delay=a.max_queue_delay, threads=a.threads,
+        server_args=[f"--device={a.device}", f"--precision={a.precision}",
+                     f"--optimize={a.optimize}"] + (["--channels_last"] if a.channels_last else []))
+    sig = os.path.splitext(a.model_path)[0] + ".json"
+    rows = transport.payload_rows(t, sig, a.workdir)
+    transport.summary(rows)
+    return rows
+
+
 def host_info(a):
     info = {"host": socket.gethostname(), "cpus": os.cpu_count(),
             "date": datetime.datetime.now().isoformat(timespec="seconds")}
@@ -254,6 +272,8 @@ def main():
     p.add_argument("--out", default="",
                    help="folder for the results (default BUILD/bench-results; "
                         "bench/results is the repository's record, only on request)")
+    p.add_argument("--transport", action="store_true",
+                   help="also measure the transport floor (bench/transport.py) for this payload")
     p.add_argument("--host_label", default=socket.gethostname(),
                    help="names the host in the JSON and its file name (default: hostname)")
     a = p.parse_args()
@@ -285,6 +305,7 @@ def main():
         s.stop()
     print(f"[3/4] raw forward through the runtime (level {level})", file=sys.stderr)
     raw = raw_forward(a, level)
+    transport_rows = transport_floor(a) if a.transport else None
 
     best_b, best = max(raw.items(), key=lambda kv: kv[1]["items_per_s"])
     served_best = max(batched, key=lambda r: r["rows_per_s"])
@@ -321,7 +342,8 @@ def main():
               "optimization": level, "threads": a.threads,
               "max_batch_size": a.max_batch_size, "allowed_batch_sizes": a.allowed_batch_sizes,
               "max_queue_delay": a.max_queue_delay, "raw": raw, "batched": batched,
-              "unbatched": unbatched, "serial": serial, "summary": summary}
+              "unbatched": unbatched, "serial": serial, "summary": summary,
+              "transport": transport_rows}
     stem = f"{a.host_label}-{datetime.date.today().isoformat()}"
     stem += f"-{a.model}" + (f"-{a.tag}" if a.tag else "")
     path = os.path.join(a.out, stem + ".json")
