@@ -13,6 +13,9 @@
 // Prints "ready: gRPC on <address> port <port>" once it serves; stops on
 // SIGTERM/SIGINT. Bench-only: not installed, no metrics, no TLS.
 #include <csignal>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <iostream>
 #include <memory>
 #include <string>
@@ -126,5 +129,11 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+#ifdef __GLIBC__
+  // The allocator settings metalserve uses (server/main.cc), so that the
+  // floor and the server differ in their work, not in their page faults.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
   return metalserve::Main();
 }
