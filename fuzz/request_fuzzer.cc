@@ -1,13 +1,19 @@
 // Fuzz target: bytes -> metalserve.v1.PredictRequest -> DecodeInputs ->
 // ValidateInputs against a fixed two-input signature. Must never crash, hang,
 // or read outside the request; an accepted input's views must lie inside the
-// request's bytes and match product(shape) x item size.
+// request's bytes and match product(shape) x item size. The same bytes cut
+// into 7-byte slices and read in place (sliced_request.h) must give, when
+// that walk takes them, what protobuf parses.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "metalserve/v1/inference.pb.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "server/service/sliced_request.h"
 #include "server/service/tensor_codec.h"
 
 namespace {
@@ -24,9 +30,35 @@ void Check(bool ok) {
   if (!ok) std::abort();
 }
 
+// When the in-place walk takes the bytes, protobuf takes them too and both
+// read the same inputs.
+void CheckSlicedAgrees(const uint8_t* data, size_t size) {
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < size; at += 7) {
+    slices.emplace_back(data + at, std::min<size_t>(7, size - at));
+  }
+  grpc::ByteBuffer body(slices.data(), slices.size());
+  metalserve::HeldBytesBudget budget(int64_t{1} << 30);
+  metalserve::SlicedPredictRequest sliced;
+  if (!metalserve::ParseSlicedPredictRequest(body, &budget, &sliced)) return;
+  metalserve::v1::PredictRequest request;
+  Check(request.ParseFromArray(data, static_cast<int>(size)));
+  Check(sliced.skeleton.model_name() == request.model_name());
+  Check(sliced.skeleton.inputs_size() == request.inputs_size());
+  const std::vector<metalserve::RawInput> raw = metalserve::DecodeInputs(sliced);
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const metalserve::v1::Tensor& want = request.inputs(i);
+    Check(raw[i].name == want.name() && raw[i].shape.size() == static_cast<size_t>(want.shape_size()));
+    std::string bytes(raw[i].data);
+    for (absl::string_view p : raw[i].pieces) bytes.append(p.data(), p.size());
+    Check(bytes == want.data());
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  CheckSlicedAgrees(data, size);
   metalserve::v1::PredictRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   const std::vector<metalserve::RawInput> raw = metalserve::DecodeInputs(request);

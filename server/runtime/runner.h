@@ -21,8 +21,9 @@
 namespace metalserve {
 
 // One input of a batch given as pieces: the byte ranges in `pieces` (whole
-// rows, row-major, in batch order; views into the requests) are concatenated
-// and zero rows appended up to shape[0] (padding).
+// rows in all, row-major, in batch order; views into the requests, where one
+// row may span several pieces: gRPC's received slices) are concatenated and
+// zero rows appended up to shape[0] (padding).
 struct BatchedInput {
   DType dtype = DType::kInvalid;
   std::vector<int64_t> shape;  // padded rows first

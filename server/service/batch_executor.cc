@@ -42,7 +42,14 @@ std::vector<BatchedInput> BatchExecutor::Pieces(
     in.shape = first.shape;
     in.shape[0] = padded_rows;
     in.pieces.reserve(tasks.size());
-    for (InferTask* task : tasks) in.pieces.push_back(task->inputs()[i].data);
+    for (InferTask* task : tasks) {
+      const InputView& view = task->inputs()[i];
+      if (view.pieces.empty()) {
+        in.pieces.push_back(view.data);
+      } else {
+        in.pieces.insert(in.pieces.end(), view.pieces.begin(), view.pieces.end());
+      }
+    }
   }
   return out;
 }

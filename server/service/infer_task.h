@@ -29,6 +29,9 @@ struct InputView {
   DType dtype = DType::kInvalid;
   std::vector<int64_t> shape;  // batch first
   absl::string_view data;
+  // When not empty: the bytes in order, in several pieces (data is then
+  // empty), views into gRPC's received slices (sliced_request.h).
+  std::vector<absl::string_view> pieces;
 };
 
 // Server-side timing of one request, reported back to the caller.

@@ -30,7 +30,7 @@ class PredictTask final : public RpcInferTask {
  public:
   PredictTask(grpc::CallbackServerContext* context,
               grpc::ServerUnaryReactor* reactor,
-              std::unique_ptr<PredictRequest> request, grpc::ByteBuffer* response,
+              std::unique_ptr<SlicedPredictRequest> request, grpc::ByteBuffer* response,
               std::vector<InputView> inputs, const Runner* runner,
               Metrics* metrics, Clock* clock, absl::Time start,
               const std::atomic<bool>* cut_off)
@@ -64,7 +64,7 @@ class PredictTask final : public RpcInferTask {
   }
 
  private:
-  const std::unique_ptr<PredictRequest> request_;
+  const std::unique_ptr<SlicedPredictRequest> request_;  // the inputs' bytes
   grpc::ByteBuffer* const response_bytes_;
   PredictResponse response_;  // serialised into response_bytes_ in Finish
   const Runner* const runner_;
@@ -75,13 +75,15 @@ class PredictTask final : public RpcInferTask {
 InferenceService::InferenceService(Runner* runner, Batcher* batcher,
                                    Metrics* metrics, Clock* clock,
                                    std::string server_version,
-                                   AccessLog* access_log)
+                                   AccessLog* access_log,
+                                   int64_t max_held_request_bytes)
     : runner_(runner),
       batcher_(batcher),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
       server_version_(std::move(server_version)),
-      access_log_(access_log) {}
+      access_log_(access_log),
+      held_bytes_(max_held_request_bytes) {}
 
 grpc::ServerUnaryReactor* InferenceService::Predict(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
@@ -98,12 +100,20 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
 
   // A full queue refuses before the body is parsed or its tensors decoded.
   if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
-  auto request = std::make_unique<PredictRequest>();
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
   grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
-  if (absl::Status s = ParseRequestBody(bytes, request.get()); !s.ok()) return fail(s);
+  // The tensor bytes stay in gRPC's slices (sliced_request.h); a body the
+  // walk does not take, or one over the held-bytes budget, is parsed (copied)
+  // the ordinary way, which also answers a malformed one.
+  auto request = std::make_unique<SlicedPredictRequest>();
+  if (ParseSlicedPredictRequest(*bytes, &held_bytes_, request.get())) {
+    bytes->Clear();
+  } else {
+    request = std::make_unique<SlicedPredictRequest>();
+    if (absl::Status s = ParseRequestBody(bytes, &request->skeleton); !s.ok()) return fail(s);
+  }
   const ModelInfo& info = runner_->info();
-  if (absl::Status s = CheckModelName("model_name", request->model_name(), info);
+  if (absl::Status s = CheckModelName("model_name", request->skeleton.model_name(), info);
       !s.ok()) {
     return fail(s);
   }

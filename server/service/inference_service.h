@@ -15,6 +15,7 @@
 #define METALSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "metalserve/v1/inference.grpc.pb.h"
@@ -23,6 +24,7 @@
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/access_log.h"
+#include "server/service/sliced_request.h"
 
 namespace metalserve {
 
@@ -34,10 +36,13 @@ class InferenceService final
           metalserve::v1::Inference::WithCallbackMethod_GetModelMetadata<
               metalserve::v1::Inference::Service>> {
  public:
-  // `metrics` and `access_log` may be null.
+  // `metrics` and `access_log` may be null. Requests' tensor bytes are read
+  // in place from gRPC's slices while the queued requests hold at most
+  // `max_held_request_bytes` that way (0: never; sliced_request.h).
   InferenceService(Runner* runner, Batcher* batcher, Metrics* metrics,
                    Clock* clock, std::string server_version,
-                   AccessLog* access_log = nullptr);
+                   AccessLog* access_log = nullptr,
+                   int64_t max_held_request_bytes = 0);
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
@@ -60,6 +65,8 @@ class InferenceService final
   const std::string server_version_;
   AccessLog* const access_log_;
   std::atomic<bool> cut_off_{false};
+  // Bytes of queued requests held as gRPC's slices (sliced_request.h).
+  HeldBytesBudget held_bytes_;
 };
 
 }  // namespace metalserve

@@ -108,8 +108,11 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
       Batcher::Create(options.batching, clock,
                       [executor](Batch b) { executor->Process(std::move(b)); },
                       on_idle, absl::Seconds(1), on_depth));
+  // Requests read in place keep gRPC's slices, counted in its memory quota:
+  // half of it at most, so the transport always has room to read.
   s->service_ = std::make_unique<InferenceService>(
-      runner, s->batcher_.get(), metrics, clock, options.version, options.access_log);
+      runner, s->batcher_.get(), metrics, clock, options.version, options.access_log,
+      options.MemoryQuotaBytes() / 2);
   s->kserve_ = std::make_unique<KServeService>(
       runner, s->batcher_.get(), metrics, clock, options.version, options.access_log);
 

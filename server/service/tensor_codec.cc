@@ -59,6 +59,19 @@ std::vector<RawInput> DecodeInputs(const metalserve::v1::PredictRequest& request
   return out;
 }
 
+std::vector<RawInput> DecodeInputs(const SlicedPredictRequest& request) {
+  std::vector<RawInput> out = DecodeInputs(request.skeleton);
+  for (size_t i = 0; i < out.size() && i < request.data.size(); ++i) {
+    const std::vector<absl::string_view>& views = request.data[i];
+    if (views.size() == 1) {
+      out[i].data = views[0];
+    } else if (views.size() > 1) {
+      out[i].pieces = views;
+    }
+  }
+  return out;
+}
+
 namespace {
 
 std::string SpecList(const std::vector<TensorSpec>& specs) {
@@ -100,9 +113,9 @@ absl::Status CheckOne(const RawInput& in, const TensorSpec& spec,
         f, ".shape ", ShapeToString(in.shape), ": byte size overflows int64"));
   }
   const int64_t want = elements * item;
-  if (static_cast<int64_t>(in.data.size()) != want) {
+  if (static_cast<int64_t>(in.ByteSize()) != want) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f, ".data has ", in.data.size(), " bytes; shape ",
+        f, ".data has ", in.ByteSize(), " bytes; shape ",
         ShapeToString(in.shape), " of ", DTypeName(in.dtype), " needs ", want));
   }
   return absl::OkStatus();
@@ -149,7 +162,7 @@ absl::StatusOr<std::vector<InputView>> ValidateInputs(
     }
     rows = in.shape[0];
     rows_from = f;
-    ordered[s] = InputView{in.dtype, in.shape, in.data};
+    ordered[s] = InputView{in.dtype, in.shape, in.data, in.pieces};
   }
   for (size_t s = 0; s < specs.size(); ++s) {
     if (!seen[s]) {

@@ -4,7 +4,7 @@
 // Free functions with no state: thread-safe. Ownership: RawInput and
 // InputView hold string_views into the request message, which the caller
 // keeps alive (the RPC's request outlives its task); nothing here copies
-// tensor bytes except the output encoders, which copy into the response.
+// tensor bytes.
 #ifndef METALSERVE_SERVER_SERVICE_TENSOR_CODEC_H_
 #define METALSERVE_SERVER_SERVICE_TENSOR_CODEC_H_
 
@@ -14,6 +14,7 @@
 #include "metalserve/v1/inference.pb.h"
 #include "server/common/tensor.h"
 #include "server/service/infer_task.h"
+#include "server/service/sliced_request.h"
 
 namespace metalserve {
 
@@ -27,6 +28,15 @@ struct RawInput {
   std::string dtype_label;  // as the request spelled it, for messages
   std::vector<int64_t> shape;
   absl::string_view data;
+  // When not empty: the bytes in order, in several pieces (data is then
+  // empty); a request read from gRPC's slices (sliced_request.h).
+  std::vector<absl::string_view> pieces;
+
+  size_t ByteSize() const {
+    size_t n = data.size();
+    for (absl::string_view p : pieces) n += p.size();
+    return n;
+  }
 };
 
 // Checks `inputs` against `specs` and returns them in the model's input
@@ -41,6 +51,9 @@ absl::StatusOr<std::vector<InputView>> ValidateInputs(
 
 // Decodes a native PredictRequest's inputs (views into `request`).
 std::vector<RawInput> DecodeInputs(const metalserve::v1::PredictRequest& request);
+// The same for a request read from slices: each input's bytes are views into
+// the slices (or into the skeleton when it was parsed the ordinary way).
+std::vector<RawInput> DecodeInputs(const SlicedPredictRequest& request);
 
 }  // namespace metalserve
 

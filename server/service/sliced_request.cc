@@ -1,0 +1,162 @@
+#include "server/service/sliced_request.h"
+
+#include <cstdint>
+#include <string>
+
+namespace metalserve {
+namespace {
+
+constexpr uint32_t kInputsField = 2;  // PredictRequest.inputs
+constexpr uint32_t kDataField = 4;    // Tensor.data
+constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
+
+// A cursor over the slices. Bytes read can be recorded into a sink.
+class SliceReader {
+ public:
+  explicit SliceReader(const std::vector<grpc::Slice>& slices) : slices_(slices) {
+    Settle();
+  }
+  size_t position() const { return pos_; }
+  bool AtEnd() const { return index_ == slices_.size(); }
+  void set_sink(std::string* sink) { sink_ = sink; }
+
+  bool ReadByte(uint8_t* b) {
+    if (AtEnd()) return false;
+    *b = slices_[index_].begin()[offset_];
+    if (sink_ != nullptr) sink_->push_back(static_cast<char>(*b));
+    ++offset_;
+    ++pos_;
+    Settle();
+    return true;
+  }
+
+  bool ReadVarint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!ReadByte(&b)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
+  // Moves past `n` bytes, appending them to the sink, or as views to `views`.
+  bool Skip(uint64_t n, std::vector<absl::string_view>* views) {
+    while (n > 0) {
+      if (AtEnd()) return false;
+      const grpc::Slice& s = slices_[index_];
+      const size_t take = std::min<uint64_t>(n, s.size() - offset_);
+      const char* p = reinterpret_cast<const char*>(s.begin()) + offset_;
+      if (views != nullptr) {
+        views->emplace_back(p, take);
+      } else if (sink_ != nullptr) {
+        sink_->append(p, take);
+      }
+      offset_ += take;
+      pos_ += take;
+      n -= take;
+      Settle();
+    }
+    return true;
+  }
+
+ private:
+  void Settle() {
+    while (index_ < slices_.size() && offset_ == slices_[index_].size()) {
+      ++index_;
+      offset_ = 0;
+    }
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  size_t index_ = 0;
+  size_t offset_ = 0;
+  size_t pos_ = 0;
+  std::string* sink_ = nullptr;
+};
+
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// Moves past one field's value of wire type `type` (recorded by the sink).
+bool SkipValue(SliceReader* r, uint32_t type) {
+  uint64_t v;
+  switch (type) {
+    case kVarint: return r->ReadVarint(&v);
+    case kFixed64: return r->Skip(8, nullptr);
+    case kFixed32: return r->Skip(4, nullptr);
+    case kLengthDelimited: return r->ReadVarint(&v) && r->Skip(v, nullptr);
+    default: return false;  // groups and invalid types: the ordinary parse decides
+  }
+}
+
+// One Tensor of `length` bytes: its fields but data into `tensor`, data as
+// views into `data` (the last data field wins, as in protobuf).
+bool ReadTensor(SliceReader* r, uint64_t length, std::string* tensor,
+                std::vector<absl::string_view>* data) {
+  const size_t end = r->position() + length;
+  while (r->position() < end) {
+    std::string field;
+    r->set_sink(&field);
+    uint64_t tag;
+    if (!r->ReadVarint(&tag)) return false;
+    const uint32_t type = tag & 7;
+    if ((tag >> 3) == kDataField && type == kLengthDelimited) {
+      uint64_t n;
+      if (!r->ReadVarint(&n)) return false;
+      r->set_sink(nullptr);
+      data->clear();
+      if (r->position() + n > end || !r->Skip(n, data)) return false;
+      continue;
+    }
+    if (!SkipValue(r, type) || r->position() > end) return false;
+    tensor->append(field);
+  }
+  r->set_sink(nullptr);
+  return r->position() == end;
+}
+
+}  // namespace
+
+bool ParseSlicedPredictRequest(const grpc::ByteBuffer& body, HeldBytesBudget* budget,
+                               SlicedPredictRequest* out) {
+  const int64_t length = static_cast<int64_t>(body.Length());
+  if (budget == nullptr || !budget->TryTake(length)) return false;
+  out->budget = budget;
+  out->held_bytes = length;
+  if (!body.Dump(&out->slices).ok()) return false;
+  SliceReader r(out->slices);
+  std::string skeleton;
+  while (!r.AtEnd()) {
+    std::string field;
+    r.set_sink(&field);
+    uint64_t tag;
+    if (!r.ReadVarint(&tag)) return false;
+    const uint32_t type = tag & 7;
+    if ((tag >> 3) == kInputsField && type == kLengthDelimited) {
+      uint64_t length;
+      if (!r.ReadVarint(&length)) return false;
+      r.set_sink(nullptr);
+      std::string tensor;
+      out->data.emplace_back();
+      if (!ReadTensor(&r, length, &tensor, &out->data.back())) return false;
+      AppendVarint(tag, &skeleton);
+      AppendVarint(tensor.size(), &skeleton);
+      skeleton.append(tensor);
+      continue;
+    }
+    if (!SkipValue(&r, type)) return false;
+    r.set_sink(nullptr);
+    skeleton.append(field);
+  }
+  return out->skeleton.ParseFromString(skeleton) &&
+         out->skeleton.inputs_size() == static_cast<int>(out->data.size());
+}
+
+}  // namespace metalserve
