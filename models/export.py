@@ -2,10 +2,15 @@
 """Exports the TorchScript models metalserve serves and tests against.
 
 Usage: /usr/bin/python3 models/export.py --out DIR [--only a,b]
+       /usr/bin/python3 models/export.py --repository DIR [--version N] [--only a,b]
 
-Writes DIR/<name>.pt (TorchScript) and DIR/<name>.json (the signature:
-input/output names, dtypes and shapes with -1 for the batch dimension),
-because TorchScript does not carry a usable signature.
+With --out, writes DIR/<name>.pt (TorchScript) and DIR/<name>.json (the
+signature: input/output names, dtypes and shapes with -1 for the batch
+dimension), because TorchScript does not carry a usable signature.
+
+With --repository, writes a model repository (docs/repository.md):
+DIR/<name>/<N>/model.pt and DIR/<name>/config.json (the signature; an
+existing config.json is kept, so settings added to it survive a new version).
 
 Models (all seeded, random weights; pretrained weights cannot be downloaded
 in CI, see README for serving your own model):
@@ -197,31 +202,58 @@ def _check(module, sig):
             raise SystemExit(f"output {spec['name']}: {list(got.shape)} {got.dtype} != {want}")
 
 
+def _write_json(path, meta):
+    with open(path + ".tmp", "w") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def _save(module, name, sig, args):
+    """Writes the module and its signature; returns the model file's path."""
+    if not args.repository:
+        pt = os.path.join(args.out, name + ".pt")
+        module.save(pt + ".tmp")
+        os.replace(pt + ".tmp", pt)
+        _write_json(os.path.join(args.out, name + ".json"),
+                    {"name": name, "version": "1", "torch_version": torch.__version__, **sig})
+        return pt
+    version_dir = os.path.join(args.repository, name, str(args.version))
+    os.makedirs(version_dir, exist_ok=True)
+    pt = os.path.join(version_dir, "model.pt")
+    module.save(pt + ".tmp")
+    os.replace(pt + ".tmp", pt)
+    config = os.path.join(args.repository, name, "config.json")
+    if not os.path.exists(config):
+        _write_json(config, {"name": name, "torch_version": torch.__version__, **sig})
+    return pt
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="output folder")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", help="output folder: <name>.pt and <name>.json")
+    where.add_argument("--repository", help="model repository folder: "
+                       "<name>/<version>/model.pt and <name>/config.json")
+    p.add_argument("--version", type=int, default=1,
+                   help="with --repository: the version folder to write (default 1)")
     p.add_argument("--only", default="", help="comma-separated model names")
     args = p.parse_args(argv)
+    if args.version < 1:
+        p.error(f"--version {args.version}: a version is a positive number")
     names = [n for n in args.only.split(",") if n] or list(MODELS)
     known = {**MODELS, **EXTRA_MODELS}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SystemExit(f"unknown model(s) {unknown}; known: {list(known)}")
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.out or args.repository, exist_ok=True)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     for name in names:
         start = time.time()
         build, sig = known[name]
         module = build()
         _check(module, sig)
-        pt = os.path.join(args.out, name + ".pt")
-        module.save(pt + ".tmp")
-        os.replace(pt + ".tmp", pt)
-        meta = {"name": name, "version": "1",
-                "torch_version": torch.__version__, **sig}
-        with open(os.path.join(args.out, name + ".json"), "w") as f:
-            json.dump(meta, f, indent=2)
-            f.write("\n")
+        pt = _save(module, name, sig, args)
         print(f"exported {pt} in {time.time() - start:.1f}s")
 
 

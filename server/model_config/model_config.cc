@@ -10,6 +10,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "metalserve/v1/model_config.pb.h"
 #include "server/common/status_macros.h"
+#include "server/model_config/model_config_internal.h"
 
 namespace metalserve {
 namespace {
@@ -20,11 +21,11 @@ constexpr const char* kAcceptedDtypes =
     "float32 (fp32, float), float16 (fp16, half), bfloat16 (bf16), "
     "float64 (fp64, double), int64, int32, uint8, int8, bool";
 
-absl::Status SignatureError(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("signature JSON: ", what));
-}
-
-absl::StatusOr<TensorSpec> ToSpec(const v1::TensorConfig& t, const std::string& field) {
+absl::StatusOr<TensorSpec> ToSpec(const v1::TensorConfig& t, const std::string& field,
+                                  absl::string_view prefix) {
+  auto SignatureError = [prefix](absl::string_view what) {
+    return internal::ConfigError(prefix, what);
+  };
   if (t.name().empty() || t.dtype().empty()) {
     return SignatureError(absl::StrCat(
         field, " needs \"name\", \"dtype\" and \"shape\" (a list); \"name\" and "
@@ -47,11 +48,15 @@ absl::StatusOr<TensorSpec> ToSpec(const v1::TensorConfig& t, const std::string& 
 }
 
 absl::StatusOr<std::vector<TensorSpec>> ToSpecs(
-    const google::protobuf::RepeatedPtrField<v1::TensorConfig>& list, const std::string& key) {
-  if (list.empty()) return SignatureError(absl::StrCat("'", key, "' must be a non-empty list"));
+    const google::protobuf::RepeatedPtrField<v1::TensorConfig>& list, const std::string& key,
+    absl::string_view prefix) {
+  if (list.empty()) {
+    return internal::ConfigError(prefix, absl::StrCat("'", key, "' must be a non-empty list"));
+  }
   std::vector<TensorSpec> specs;
   for (const v1::TensorConfig& t : list) {
-    ASSIGN_OR_RETURN(TensorSpec spec, ToSpec(t, absl::StrCat(key, "[", specs.size(), "]")));
+    ASSIGN_OR_RETURN(TensorSpec spec,
+                     ToSpec(t, absl::StrCat(key, "[", specs.size(), "]"), prefix));
     specs.push_back(std::move(spec));
   }
   return specs;
@@ -69,7 +74,14 @@ void ToConfig(const std::vector<TensorSpec>& specs,
 
 }  // namespace
 
-absl::StatusOr<ModelSignature> ParseModelSignature(absl::string_view json) {
+namespace internal {
+
+absl::Status ConfigError(absl::string_view prefix, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(prefix, what));
+}
+
+absl::StatusOr<v1::ModelConfig> ParseConfigJson(absl::string_view json,
+                                                absl::string_view prefix) {
   v1::ModelConfig config;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
@@ -78,14 +90,51 @@ absl::StatusOr<ModelSignature> ParseModelSignature(absl::string_view json) {
   if (!parsed.ok()) {
     // Protobuf names the key: "(inputs[0]) dtyp: Cannot find field.",
     // "(version): invalid value 1 for type TYPE_STRING".
-    return SignatureError(std::string(parsed.message()));
+    return ConfigError(prefix, std::string(parsed.message()));
   }
+  return config;
+}
+
+absl::StatusOr<ModelSignature> ToSignature(const v1::ModelConfig& config,
+                                           absl::string_view prefix) {
   ModelSignature sig;
   sig.name = config.name();
   sig.version = config.version();
-  ASSIGN_OR_RETURN(sig.inputs, ToSpecs(config.inputs(), "inputs"));
-  ASSIGN_OR_RETURN(sig.outputs, ToSpecs(config.outputs(), "outputs"));
+  ASSIGN_OR_RETURN(sig.inputs, ToSpecs(config.inputs(), "inputs", prefix));
+  ASSIGN_OR_RETURN(sig.outputs, ToSpecs(config.outputs(), "outputs", prefix));
   return sig;
+}
+
+std::string FirstSettingKey(const v1::ModelConfig& c) {
+  if (c.has_max_batch_size()) return "max_batch_size";
+  if (c.has_max_queue_delay_us()) return "max_queue_delay_us";
+  if (!c.allowed_batch_sizes().empty()) return "allowed_batch_sizes";
+  if (c.has_max_queue_size()) return "max_queue_size";
+  if (c.has_precision()) return "precision";
+  if (c.has_channels_last()) return "channels_last";
+  if (c.has_optimize()) return "optimize";
+  if (c.has_device()) return "device";
+  if (c.has_version_policy()) return "version_policy";
+  return "";
+}
+
+}  // namespace internal
+
+absl::StatusOr<ModelSignature> ParseModelSignature(absl::string_view json) {
+  constexpr absl::string_view kPrefix = "signature JSON: ";
+  ASSIGN_OR_RETURN(v1::ModelConfig config, internal::ParseConfigJson(json, kPrefix));
+  if (const std::string key = internal::FirstSettingKey(config); !key.empty()) {
+    // The one-model path takes its settings from flags; silently ignoring a
+    // setting here would serve with a value the file seems to change.
+    const std::string instead =
+        key == "version_policy" ? "--model serves its one file"
+        : key == "max_queue_delay_us" ? "with --model pass the flag --max_queue_delay"
+                                      : absl::StrCat("with --model pass the flag --", key);
+    return internal::ConfigError(
+        kPrefix, absl::StrCat("'", key, "' is a model repository setting (DIR/<model>/"
+                              "config.json, docs/repository.md); ", instead));
+  }
+  return internal::ToSignature(config, kPrefix);
 }
 
 absl::StatusOr<ModelSignature> ReadModelSignature(const std::string& path) {

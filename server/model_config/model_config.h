@@ -20,8 +20,10 @@ namespace metalserve {
 
 // InvalidArgument, naming the key, for malformed JSON, a key the format does
 // not have, a value of the wrong type, a missing/empty inputs or outputs list,
-// a tensor without a name or dtype, an unknown dtype, or a shape whose first
-// dimension is not -1.
+// a tensor without a name or dtype, an unknown dtype, a shape whose first
+// dimension is not -1, or a per-model setting (max_batch_size, ...,
+// version_policy), which only a repository's config.json may carry
+// (repository_config.h).
 absl::StatusOr<ModelSignature> ParseModelSignature(absl::string_view json);
 // NotFound when the file cannot be read; otherwise as ParseModelSignature,
 // with the path in the message.
