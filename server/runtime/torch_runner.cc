@@ -53,12 +53,14 @@ absl::Status TorchRunner::CheckInput(size_t i, DType dtype,
   return absl::OkStatus();
 }
 
+absl::Status TorchRunner::CheckInputCount(size_t count) const {
+  if (count == info_.inputs.size()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("model ", info_.name, " takes ",
+                                                 info_.inputs.size(), " input(s), got ", count));
+}
+
 absl::Status TorchRunner::CheckInputs(const std::vector<Tensor>& inputs) const {
-  if (inputs.size() != info_.inputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", info_.name, " takes ", info_.inputs.size(), " input(s), got ",
-        inputs.size()));
-  }
+  RETURN_IF_ERROR(CheckInputCount(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     RETURN_IF_ERROR(CheckInput(i, t.dtype, t.shape, static_cast<int64_t>(t.data.size()),
@@ -74,11 +76,7 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::Run(
 }
 
 absl::Status TorchRunner::CheckBatchedInputs(const std::vector<BatchedInput>& inputs) const {
-  if (inputs.size() != info_.inputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", info_.name, " takes ", info_.inputs.size(), " input(s), got ",
-        inputs.size()));
-  }
+  RETURN_IF_ERROR(CheckInputCount(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) {
     const BatchedInput& in = inputs[i];
     int64_t bytes = 0;

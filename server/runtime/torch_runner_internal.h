@@ -78,6 +78,7 @@ class TorchRunner final : public Runner {
   absl::Status WarmUp(const std::vector<int64_t>& batch_sizes);
 
   // The request path.
+  absl::Status CheckInputCount(size_t count) const;
   absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
   absl::Status CheckBatchedInputs(const std::vector<BatchedInput>& inputs) const;
   absl::Status CheckInput(size_t i, DType dtype, const std::vector<int64_t>& shape,
