@@ -16,6 +16,8 @@
 // Ownership: does not own `ops` or `clock`; both must outlive the policy.
 // Thread-safety: thread-safe. No lock is held while the cache is emptied or
 // the callback runs.
+// Destruction: nothing pending (a clearing runs inside the call that decides
+// it); no call may be in flight.
 #ifndef METALSERVE_SERVER_RUNTIME_CACHE_POLICY_H_
 #define METALSERVE_SERVER_RUNTIME_CACHE_POLICY_H_
 
@@ -35,7 +37,7 @@
 namespace metalserve {
 
 // The device side of cache hygiene. Implementations: the torch runtime's
-// per-device ops (MPS, CUDA, CPU) and fakes in tests.
+// TorchDevice, one per device (torch_device.h), and fakes in tests.
 // Thread-safety: implementations are thread-safe.
 class DeviceMemoryOps {
  public:

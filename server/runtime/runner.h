@@ -6,6 +6,11 @@
 // several executor threads at once; an implementation serialises device work
 // internally where the device needs it (the torch runtime does all device
 // work, on every device, on one device thread).
+// Ownership: the server owns its Runner (a std::unique_ptr from
+// CreateTorchRunner) and hands raw pointers to the executor and services,
+// which must not outlive it.
+// Destruction: no Run may be in flight; the torch runtime releases the
+// model on its device thread (torch_runner.h).
 #ifndef METALSERVE_SERVER_RUNTIME_RUNNER_H_
 #define METALSERVE_SERVER_RUNTIME_RUNNER_H_
 

@@ -1,6 +1,7 @@
 // Binds a model's signature to its TorchScript `forward`, and checks it
 // against what a probe forward returns. Internal to the runtime target (it
-// includes LibTorch); torch_runner.cc is its only user.
+// includes LibTorch); its users are torch_runner_load.cc (binding, checking)
+// and forward_path.cc (outputs of every forward).
 //
 // Inputs are bound by NAME: forward's schema carries its argument names
 // (`module.get_method("forward").function().getSchema()`, without `self`), so

@@ -1,15 +1,16 @@
 // The LibTorch implementation of Runner: one TorchScript model resident on
-// MPS, CUDA or CPU. This header is torch-free; LibTorch is seen only by
-// torch_runner.cc, torch_runner_load.cc and their internal headers.
+// MPS, CUDA or CPU. This header is torch-free; LibTorch is seen only by the
+// runtime target's own .cc files and internal headers (torch_runner_internal.h
+// lists them).
 //
 // What CreateTorchRunner does before it returns (the server is not ready
 // until it has); each phase is logged as it starts and with its duration
 // when it ends, so that a slow load shows where the time goes:
-//   1. reads the signature sidecar through options.signature_codec, if there
-//      is one;
-//   2. chooses the device (auto: mps -> cuda -> cpu; a requested device that
+//   1. chooses the device (auto: mps -> cuda -> cpu; a requested device that
 //      is missing is FAILED_PRECONDITION naming it) and logs it, with whether
 //      PYTORCH_ENABLE_MPS_FALLBACK is set;
+//   2. reads the signature sidecar through options.signature_codec, if there
+//      is one;
 //   3. loads the model on CPU and moves it (jit::load to MPS fails before
 //      LibTorch 2.1);
 //   3b. binds the signature to forward's arguments BY NAME and checks it
@@ -40,19 +41,28 @@
 // RESOURCE_EXHAUSTED; the caller splits the batch. A model exception is
 // INTERNAL carrying the model's message; the runner stays usable.
 //
-// Threading: one dedicated thread, owned by the runner, does all device work,
-// load and warm-up included (Run posts to it and waits): MPS is not safe from
-// several threads, cuDNN's autotuner cache is per thread, and on CPU a
-// forward from another thread than the warmed-up one measured 1.4x slower.
+// Every forward (the probe of 3b, verification, warm-up and serving) goes
+// through one forward path (forward_path.h): inputs to the device, cast to
+// the precision, channels-last when asked, forward, outputs back in the
+// signature's dtype. So what was verified and warmed up is what serves.
+//
+// Threading: all device work, load and warm-up included, runs on the
+// device's one thread, a DeviceThread (device_thread.h says why). Pass one
+// in RuntimeOptions::device_thread to share it between runners on the same
+// device; without one the runner creates its own. Run posts to it and waits.
 // On CUDA that thread uses one pooled stream with pinned, non-blocking input
 // copies; on CPU it uses `threads` intra-op threads. Callers (the executor
 // threads) assemble the next batch while it computes. Run, Memory and
 // BetweenBatches are thread-safe.
-// Destruction joins the device thread; no Run may be in flight.
+// Ownership: the runner owns its module; it shares the device thread.
+// Destruction releases the module on the device thread (no Run may be in
+// flight) and drops the runner's share of the thread; the last owner's
+// release drains and joins it.
 #ifndef METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_H_
 #define METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -62,10 +72,23 @@
 #include "absl/time/time.h"
 #include "server/common/clock.h"
 #include "server/runtime/cache_policy.h"
+#include "server/runtime/device_thread.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/runner.h"
 
 namespace metalserve {
+
+// What a forward through the runtime's one forward path is for.
+enum class ForwardPurpose {
+  kProbe,   // the signature check at load (batch 2, fp32)
+  kVerify,  // an optimized or reduced-precision graph against the plain one
+  kWarmUp,  // warm-up of each warm-up batch size
+  kServe,   // Run / RunBatch
+};
+// Called on the device thread before each forward through the forward path,
+// with its purpose and its rows. For tracing and tests; must be cheap and
+// must not call the runner.
+using ForwardObserver = std::function<void(ForwardPurpose purpose, int64_t rows)>;
 
 struct RuntimeOptions {
   // TorchScript file. Required.
@@ -115,6 +138,13 @@ struct RuntimeOptions {
   // Not owned; nullptr means Clock::RealClock(). Used for load/warm-up
   // timing and the cache policy.
   Clock* clock = nullptr;
+
+  // The thread that does all work on `device`, shared with other runners on
+  // the same device; nullptr: the runner creates its own. Give one thread
+  // only to runners on one device.
+  std::shared_ptr<DeviceThread> device_thread;
+  // Optional; see ForwardObserver.
+  ForwardObserver forward_observer;
 };
 
 // Loads, optimizes, verifies and warms up the model; see the file comment.

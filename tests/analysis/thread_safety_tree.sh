@@ -18,7 +18,8 @@ fi
 # Every torch-free library and the test helpers; -O0: the analysis runs in
 # the front end, so optimising would only cost time.
 targets=(metalserve_common metalserve_batcher metalserve_runtime_policy
-         metalserve_repository metalserve_metrics metalserve_service metalserve_client
+         metalserve_device_thread metalserve_repository
+         metalserve_metrics metalserve_service metalserve_client
          metalserve_testing metalserve_testing_server)
 cmake -S "$src" -B "$tree" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_CXX_FLAGS_DEBUG="-O0" \

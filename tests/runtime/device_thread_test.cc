@@ -1,0 +1,167 @@
+// DeviceThread without LibTorch: order, shutdown draining, work refused after
+// shutdown, and two owners sharing one thread. No test sleeps: each waits on
+// a Notification or on the thread's observable state (accepting()).
+#include "server/runtime/device_thread.h"
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace metalserve {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Blocks the device thread until Notify; returns once the blocker runs, so
+// everything submitted afterwards is known to be queued behind it.
+void BlockDeviceThread(DeviceThread& dt, absl::Notification& release) {
+  absl::Notification started;
+  ASSERT_TRUE(dt.Submit([&] {
+                  started.Notify();
+                  release.WaitForNotification();
+                }).ok());
+  started.WaitForNotification();
+}
+
+TEST(DeviceThreadTest, RunsSubmittedWorkInSubmissionOrderOnOneThread) {
+  auto dt = DeviceThread::Create("cpu");
+  std::vector<int> order;  // touched only on the device thread
+  std::vector<std::thread::id> ids;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(dt->Submit([&order, &ids, i] {
+                    order.push_back(i);
+                    ids.push_back(std::this_thread::get_id());
+                  }).ok());
+  }
+  std::vector<int> seen;
+  std::thread::id device_id;
+  ASSERT_TRUE(dt->RunSync([&] {
+                  seen = order;
+                  device_id = std::this_thread::get_id();
+                }).ok());
+  ASSERT_EQ(seen.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[i], i);
+  EXPECT_NE(device_id, std::this_thread::get_id());
+  for (const auto& id : ids) EXPECT_EQ(id, device_id);
+}
+
+TEST(DeviceThreadTest, RunSyncOnTheDeviceThreadRunsInline) {
+  auto dt = DeviceThread::Create("cpu");
+  std::vector<int> order;
+  ASSERT_TRUE(dt->RunSync([&] {
+                  EXPECT_TRUE(dt->IsCurrent());
+                  order.push_back(1);
+                  // Nested device work: must not wait for itself.
+                  EXPECT_TRUE(dt->RunSync([&] { order.push_back(2); }).ok());
+                  order.push_back(3);
+                }).ok());
+  EXPECT_THAT(order, ElementsAre(1, 2, 3));
+  EXPECT_FALSE(dt->IsCurrent());
+}
+
+TEST(DeviceThreadTest, ShutdownDrainsAcceptedWorkThenRefusesNewWork) {
+  auto dt = DeviceThread::Create("mps");
+  absl::Notification release;
+  BlockDeviceThread(*dt, release);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(dt->Submit([&] { ++ran; }).ok());
+  EXPECT_EQ(dt->pending(), 4);
+
+  // Once Shutdown has begun (observable: accepting() is false), work is
+  // refused without running; then the blocker is released.
+  std::atomic<bool> refused_ran{false};
+  absl::Status refused, refused_sync;
+  std::thread releaser([&] {
+    while (dt->accepting()) std::this_thread::yield();
+    refused = dt->Submit([&] { refused_ran = true; });
+    refused_sync = dt->RunSync([&] { refused_ran = true; });
+    release.Notify();
+  });
+  dt->Shutdown();  // returns after the queued work ran
+  releaser.join();
+
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_EQ(dt->pending(), 0);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("mps"));
+  EXPECT_EQ(refused_sync.code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(refused_ran.load());
+  dt->Shutdown();  // idempotent
+  EXPECT_EQ(dt->Submit([] {}).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(DeviceThreadTest, RefusedWorkIsDestroyedWithoutRunning) {
+  auto dt = DeviceThread::Create("cpu");
+  dt->Shutdown();
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = token;
+  bool ran = false;
+  EXPECT_EQ(dt->Submit([t = std::move(token), &ran] { ran = true; }).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(watch.expired());  // the closure and what it held are gone
+}
+
+TEST(DeviceThreadTest, DestructionRunsWorkStillQueued) {
+  std::atomic<int> ran{0};
+  {
+    auto dt = DeviceThread::Create("cpu");
+    absl::Notification release;
+    BlockDeviceThread(*dt, release);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(dt->Submit([&] { ++ran; }).ok());
+    release.Notify();
+  }  // the destructor drains the five
+  EXPECT_EQ(ran.load(), 5);
+}
+
+// Two owners (as two runners on one device would be) share one thread: their
+// work interleaves in submission order on the same thread, and the thread
+// outlives the first owner.
+TEST(DeviceThreadTest, TwoOwnersShareOneThreadThatOutlivesTheFirst) {
+  std::shared_ptr<DeviceThread> first = DeviceThread::Create("cuda:0");
+  std::shared_ptr<DeviceThread> second = first;
+  std::vector<char> order;
+  std::thread::id a_id, b_id;
+  ASSERT_TRUE(first->Submit([&] { order.push_back('a'); a_id = std::this_thread::get_id(); }).ok());
+  ASSERT_TRUE(second->Submit([&] { order.push_back('b'); b_id = std::this_thread::get_id(); }).ok());
+  ASSERT_TRUE(first->Submit([&] { order.push_back('a'); }).ok());
+  first.reset();  // one owner gone: the thread keeps serving the other
+
+  std::vector<char> seen;
+  ASSERT_TRUE(second->RunSync([&] { seen = order; }).ok());
+  EXPECT_THAT(seen, ElementsAre('a', 'b', 'a'));
+  EXPECT_EQ(a_id, b_id);
+  EXPECT_TRUE(second->accepting());
+  EXPECT_EQ(second.use_count(), 1);
+}
+
+TEST(DeviceThreadTest, ConcurrentSubmittersEachKeepTheirOwnOrder) {
+  auto dt = DeviceThread::Create("cpu");
+  constexpr int kPerThread = 200;
+  std::vector<int> seen_a, seen_b;  // device thread only
+  auto submitter = [&](std::vector<int>* seen) {
+    for (int i = 0; i < kPerThread; ++i) {
+      EXPECT_TRUE(dt->Submit([seen, i] { seen->push_back(i); }).ok());
+    }
+  };
+  std::thread a(submitter, &seen_a), b(submitter, &seen_b);
+  a.join();
+  b.join();
+  dt->Shutdown();
+  ASSERT_EQ(seen_a.size(), static_cast<size_t>(kPerThread));
+  ASSERT_EQ(seen_b.size(), static_cast<size_t>(kPerThread));
+  for (int i = 0; i < kPerThread; ++i) {
+    EXPECT_EQ(seen_a[i], i);
+    EXPECT_EQ(seen_b[i], i);
+  }
+}
+
+}  // namespace
+}  // namespace metalserve
