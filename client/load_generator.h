@@ -50,7 +50,7 @@
 #include "absl/synchronization/mutex.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "metalserve/v1/inference.grpc.pb.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 
 namespace metalserve::client {
 

@@ -36,8 +36,8 @@
 #include "client/request_builder.h"
 #include "grpcpp/client_context.h"
 #include "metalserve/v1/inference.grpc.pb.h"
-#include "server/common/clock.h"
-#include "server/common/flags_help.h"
+#include "common/clock.h"
+#include "common/flags_help.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:8500",
           "Server address host:port, or several comma-separated (IPv4 or IPv6 "

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "server/common/status_macros.h"
-#include "server/common/tensor.h"
+#include "common/status_macros.h"
+#include "common/tensor.h"
 
 namespace metalserve::client {
 namespace {

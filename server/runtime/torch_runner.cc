@@ -55,7 +55,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "glog/logging.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/signature_binding.h"
 

@@ -60,7 +60,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/runtime/cache_policy.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/runner.h"

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.pb.h"
-#include "server/common/tensor.h"
+#include "common/tensor.h"
 #include "server/runtime/runner.h"
 #include "server/service/tensor_codec.h"
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/service/infer_task.h"
 #include "server/service/kserve_codec.h"
 #include "server/service/raw_call.h"

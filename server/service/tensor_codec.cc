@@ -5,7 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/service/status_util.h"
 
 namespace metalserve {

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "metalserve/v1/inference.pb.h"
-#include "server/common/tensor.h"
+#include "common/tensor.h"
 #include "server/service/infer_task.h"
 
 namespace metalserve {

@@ -1,4 +1,4 @@
-#include "server/common/clock.h"
+#include "common/clock.h"
 
 #include "absl/time/clock.h"
 
