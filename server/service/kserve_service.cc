@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "proto/dtype/dtype_map.h"
 #include "server/service/infer_task.h"
 #include "server/service/kserve_codec.h"
 #include "server/service/raw_call.h"

@@ -39,7 +39,6 @@
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/access_log.h"
-#include "server/service/kserve_codec.h"  // KServeDatatype, DTypeFromKServe
 #include "server/service/kserve_statistics.h"
 
 namespace metalserve {

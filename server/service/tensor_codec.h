@@ -17,9 +17,6 @@
 
 namespace metalserve {
 
-DType FromProto(metalserve::v1::DataType dtype);
-metalserve::v1::DataType ToProto(DType dtype);
-
 // A decoded, not yet validated input.
 struct RawInput {
   std::string name;
