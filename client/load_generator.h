@@ -25,8 +25,10 @@
 //
 // Time: every time the generator reads (send, completion, phase ends, the
 // open-loop schedule, the progress interval) comes from the `Clock` given to
-// Create(), the real clock by default; tests pass a SimulatedClock and move
-// time themselves. Per-call deadlines are gRPC's and stay in real time.
+// Create(), the monotonic Clock::SteadyClock() by default (a wall clock
+// stepped by NTP mid-run would distort latencies and rates); tests pass a
+// SimulatedClock and move time themselves. Per-call deadlines are gRPC's and
+// stay in real time.
 //
 // Ownership: holds the channels' stubs and one immutable request shared by
 // all calls; does not own the clock, which must outlive the generator. Thread-safety: Run() is called from one thread at a time;
@@ -135,11 +137,11 @@ class LoadGenerator {
   // owned, non-null) times and paces every run.
   static absl::StatusOr<std::unique_ptr<LoadGenerator>> Create(
       std::vector<std::shared_ptr<grpc::Channel>> channels,
-      v1::PredictRequest request, Clock* clock = Clock::RealClock());
+      v1::PredictRequest request, Clock* clock = Clock::SteadyClock());
   // The same over inference.GRPCInferenceService/ModelInfer.
   static absl::StatusOr<std::unique_ptr<LoadGenerator>> Create(
       std::vector<std::shared_ptr<grpc::Channel>> channels,
-      inference::ModelInferRequest request, Clock* clock = Clock::RealClock());
+      inference::ModelInferRequest request, Clock* clock = Clock::SteadyClock());
 
   // Warmup then measurement as `spec` says. InvalidArgument for a bad spec;
   // Cancelled when Stop() was called before the measurement began.

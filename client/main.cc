@@ -310,8 +310,9 @@ int Main() {
     absl::Status dumped = DumpOutputs(channels->front(), *request, kserve);
     if (!dumped.ok()) return Fail(dumped);
   }
-  // The real clock: tests inject a simulated one, the tool never does.
-  Clock* const clock = Clock::RealClock();
+  // The monotonic clock, as every duration is measured on it: tests inject a
+  // simulated one, the tool never does.
+  Clock* const clock = Clock::SteadyClock();
   auto gen = kserve ? LoadGenerator::Create(*std::move(channels),
                                             ToModelInferRequest(*request), clock)
                     : LoadGenerator::Create(*std::move(channels),
