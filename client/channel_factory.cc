@@ -13,7 +13,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 
 namespace metalserve::client {
 namespace {

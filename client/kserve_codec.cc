@@ -1,36 +1,21 @@
 #include "client/kserve_codec.h"
 
 #include "absl/strings/str_cat.h"
+#include "proto/dtype/dtype_map.h"
 
 namespace metalserve::client {
 namespace {
 
-struct Pair {
-  v1::DataType dtype;
-  absl::string_view name;
-};
-constexpr Pair kPairs[] = {
-    {v1::DATA_TYPE_FLOAT32, "FP32"}, {v1::DATA_TYPE_FLOAT16, "FP16"},
-    {v1::DATA_TYPE_BFLOAT16, "BF16"}, {v1::DATA_TYPE_FLOAT64, "FP64"},
-    {v1::DATA_TYPE_INT64, "INT64"},  {v1::DATA_TYPE_INT32, "INT32"},
-    {v1::DATA_TYPE_UINT8, "UINT8"},  {v1::DATA_TYPE_INT8, "INT8"},
-    {v1::DATA_TYPE_BOOL, "BOOL"},
-};
+// The native datatype of a KServe datatype string; UNSPECIFIED for one the
+// native API has no type for.
+v1::DataType NativeFromKServe(absl::string_view datatype) {
+  return ProtoDataType(DTypeFromKServe(datatype).value_or(DType::kInvalid));
+}
 
 }  // namespace
 
 absl::string_view KServeDatatypeOf(v1::DataType dtype) {
-  for (const Pair& p : kPairs) {
-    if (p.dtype == dtype) return p.name;
-  }
-  return "";
-}
-
-v1::DataType DataTypeFromKServe(absl::string_view datatype) {
-  for (const Pair& p : kPairs) {
-    if (p.name == datatype) return p.dtype;
-  }
-  return v1::DATA_TYPE_UNSPECIFIED;
+  return KServeDatatype(DTypeFromProto(dtype).value_or(DType::kInvalid));
 }
 
 absl::StatusOr<v1::GetModelMetadataResponse> MetadataFromKServe(
@@ -40,7 +25,7 @@ absl::StatusOr<v1::GetModelMetadataResponse> MetadataFromKServe(
   if (metadata.versions_size() > 0) out.set_model_version(metadata.versions(0));
   for (int i = 0; i < metadata.inputs_size(); ++i) {
     const auto& in = metadata.inputs(i);
-    const v1::DataType dtype = DataTypeFromKServe(in.datatype());
+    const v1::DataType dtype = NativeFromKServe(in.datatype());
     if (dtype == v1::DATA_TYPE_UNSPECIFIED) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ModelMetadata inputs[", i, "] ('", in.name(), "') has datatype '",
@@ -54,7 +39,7 @@ absl::StatusOr<v1::GetModelMetadataResponse> MetadataFromKServe(
   for (const auto& o : metadata.outputs()) {
     auto* spec = out.add_outputs();
     spec->set_name(o.name());
-    spec->set_dtype(DataTypeFromKServe(o.datatype()));
+    spec->set_dtype(NativeFromKServe(o.datatype()));
     for (int64_t d : o.shape()) spec->add_shape(d);
   }
   return out;

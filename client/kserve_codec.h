@@ -15,10 +15,9 @@
 
 namespace metalserve::client {
 
-// "FP32", "BF16", ... for a native dtype; empty for UNSPECIFIED.
+// "FP32", "BF16", ... for a native dtype; empty for UNSPECIFIED. The table
+// is proto/dtype/dtype_map.h, shared with the server.
 absl::string_view KServeDatatypeOf(v1::DataType dtype);
-// The inverse; UNSPECIFIED for a datatype the native API has no type for.
-v1::DataType DataTypeFromKServe(absl::string_view datatype);
 
 // A KServe model metadata reply as the native one (names, dtypes, shapes).
 // InvalidArgument naming the tensor when a datatype has no native type.

@@ -36,8 +36,9 @@
 #include "client/request_builder.h"
 #include "grpcpp/client_context.h"
 #include "metalserve/v1/inference.grpc.pb.h"
-#include "server/common/clock.h"
-#include "server/common/flags_help.h"
+#include "common/clock.h"
+#include "common/flags_help.h"
+#include "common/status_macros.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:8500",
           "Server address host:port, or several comma-separated (IPv4 or IPv6 "
@@ -256,69 +257,82 @@ bool ProgressWanted() {
   return isatty(STDERR_FILENO) == 1;
 }
 
-int Main() {
+// Everything the flags ask for, checked; read once by Main.
+struct BenchConfig {
+  bool kserve = false;
+  OutputFormat format = OutputFormat::kText;
+  double max_error_rate = 0;
+  LoadSpec base;
+  std::vector<int> levels;
+  std::vector<double> rates;
+  InputSource source;
+  InputOverrides overrides;
+  ChannelOptions channels;
+};
+
+absl::StatusOr<BenchConfig> ConfigFromFlags() {
+  BenchConfig c;
   const std::string protocol = absl::GetFlag(FLAGS_protocol);
   if (protocol != "native" && protocol != "kserve") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "--protocol='", protocol, "' is not supported; want native "
-        "(metalserve.v1) or kserve (Open Inference Protocol v2)")));
+        "(metalserve.v1) or kserve (Open Inference Protocol v2)"));
   }
-  const bool kserve = protocol == "kserve";
-  auto format = ParseOutputFormat(absl::GetFlag(FLAGS_output));
-  if (!format.ok()) return Fail(format.status());
-  const double max_error_rate = absl::GetFlag(FLAGS_max_error_rate);
-  if (!(max_error_rate >= 0 && max_error_rate <= 1)) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--max_error_rate=", max_error_rate, " is not in [0, 1]")));
+  c.kserve = protocol == "kserve";
+  ASSIGN_OR_RETURN(c.format, ParseOutputFormat(absl::GetFlag(FLAGS_output)));
+  c.max_error_rate = absl::GetFlag(FLAGS_max_error_rate);
+  if (!(c.max_error_rate >= 0 && c.max_error_rate <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_error_rate=", c.max_error_rate, " is not in [0, 1]"));
   }
-  auto base = BaseSpecFromFlags();
-  if (!base.ok()) return Fail(base.status());
-  auto levels = ParseConcurrencySweep(absl::GetFlag(FLAGS_concurrency));
-  if (!levels.ok()) return Fail(levels.status());
-  auto rates = ParseRateSweep(absl::GetFlag(FLAGS_rate));
-  if (!rates.ok()) return Fail(rates.status());
-  auto source = ParseInputSource(absl::GetFlag(FLAGS_input));
-  if (!source.ok()) return Fail(source.status());
-  source->seed = absl::GetFlag(FLAGS_seed);
-  auto overrides = OverridesFromFlags();
-  if (!overrides.ok()) return Fail(overrides.status());
+  ASSIGN_OR_RETURN(c.base, BaseSpecFromFlags());
+  ASSIGN_OR_RETURN(c.levels, ParseConcurrencySweep(absl::GetFlag(FLAGS_concurrency)));
+  ASSIGN_OR_RETURN(c.rates, ParseRateSweep(absl::GetFlag(FLAGS_rate)));
+  ASSIGN_OR_RETURN(c.source, ParseInputSource(absl::GetFlag(FLAGS_input)));
+  c.source.seed = absl::GetFlag(FLAGS_seed);
+  ASSIGN_OR_RETURN(c.overrides, OverridesFromFlags());
+  c.channels.targets =
+      absl::StrSplit(absl::GetFlag(FLAGS_target), ',', absl::SkipEmpty());
+  c.channels.connections = absl::GetFlag(FLAGS_connections);
+  c.channels.max_attempts = 1 + absl::GetFlag(FLAGS_retries);
+  c.channels.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  c.channels.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.channels.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.channels.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  return c;
+}
 
-  ChannelOptions copts;
-  copts.targets = absl::StrSplit(absl::GetFlag(FLAGS_target), ',', absl::SkipEmpty());
-  copts.connections = absl::GetFlag(FLAGS_connections);
-  copts.max_attempts = 1 + absl::GetFlag(FLAGS_retries);
-  copts.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  copts.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  copts.tls_key = absl::GetFlag(FLAGS_tls_key);
-  copts.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  auto channels = CreateChannels(copts);
-  if (!channels.ok()) return Fail(channels.status());
-
+// Connects, resolves the inputs (from the server's metadata unless the
+// flags name, type and shape them), builds the request, writes
+// --dump_outputs, and returns the generator that will send it.
+absl::StatusOr<std::unique_ptr<LoadGenerator>> PrepareGenerator(const BenchConfig& c) {
+  ASSIGN_OR_RETURN(auto channels, CreateChannels(c.channels));
   std::optional<v1::GetModelMetadataResponse> metadata;
-  if (!overrides->name || !overrides->dtype || !overrides->shape) {
-    auto md = kserve ? FetchKServeMetadata(channels->front())
-                     : FetchMetadata(channels->front());
-    if (!md.ok()) return Fail(md.status());
-    metadata = *std::move(md);
+  if (!c.overrides.name || !c.overrides.dtype || !c.overrides.shape) {
+    ASSIGN_OR_RETURN(metadata, c.kserve ? FetchKServeMetadata(channels.front())
+                                        : FetchMetadata(channels.front()));
   }
-  auto inputs = ResolveInputs(metadata ? &*metadata : nullptr, *overrides,
-                              absl::GetFlag(FLAGS_batch));
-  if (!inputs.ok()) return Fail(inputs.status());
-  auto request = BuildPredictRequest(*inputs, *source, absl::GetFlag(FLAGS_model_name));
-  if (!request.ok()) return Fail(request.status());
+  ASSIGN_OR_RETURN(const std::vector<InputSpec> inputs,
+                   ResolveInputs(metadata ? &*metadata : nullptr, c.overrides,
+                                 absl::GetFlag(FLAGS_batch)));
+  ASSIGN_OR_RETURN(v1::PredictRequest request,
+                   BuildPredictRequest(inputs, c.source, absl::GetFlag(FLAGS_model_name)));
   if (!absl::GetFlag(FLAGS_dump_outputs).empty()) {
-    absl::Status dumped = DumpOutputs(channels->front(), *request, kserve);
-    if (!dumped.ok()) return Fail(dumped);
+    RETURN_IF_ERROR(DumpOutputs(channels.front(), request, c.kserve));
   }
-  // The real clock: tests inject a simulated one, the tool never does.
-  Clock* const clock = Clock::RealClock();
-  auto gen = kserve ? LoadGenerator::Create(*std::move(channels),
-                                            ToModelInferRequest(*request), clock)
-                    : LoadGenerator::Create(*std::move(channels),
-                                            *std::move(request), clock);
-  if (!gen.ok()) return Fail(gen.status());
+  // The monotonic clock, as every duration is measured on it: tests inject a
+  // simulated one, the tool never does.
+  Clock* const clock = Clock::SteadyClock();
+  if (c.kserve) {
+    return LoadGenerator::Create(std::move(channels), ToModelInferRequest(request), clock);
+  }
+  return LoadGenerator::Create(std::move(channels), std::move(request), clock);
+}
 
-  g_generator.store(gen->get());
+// Runs every level of the sweep, printing text reports as they finish; a
+// signal (Stop) ends the sweep early with the reports so far.
+int RunSweep(LoadGenerator& gen, const BenchConfig& c) {
+  g_generator.store(&gen);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const bool show_progress = ProgressWanted();
@@ -329,20 +343,31 @@ int Main() {
     };
   }
   std::vector<RunReport> reports;
-  for (const LoadSpec& spec : SweepSpecs(*base, *levels, *rates)) {
-    auto stats = (*gen)->Run(spec, progress);
+  for (const LoadSpec& spec : SweepSpecs(c.base, c.levels, c.rates)) {
+    auto stats = gen.Run(spec, progress);
     if (show_progress) std::cerr << "\r\033[K" << std::flush;
     if (absl::IsCancelled(stats.status())) break;
-    if (!stats.ok()) return Fail(stats.status());
+    if (!stats.ok()) {
+      g_generator.store(nullptr);
+      return Fail(stats.status());
+    }
     reports.push_back({spec, *std::move(stats)});
-    if (*format == OutputFormat::kText) {
-      std::cout << FormatReports({reports.back()}, *format) << std::flush;
+    if (c.format == OutputFormat::kText) {
+      std::cout << FormatReports({reports.back()}, c.format) << std::flush;
     }
   }
-  if (*format != OutputFormat::kText) std::cout << FormatReports(reports, *format);
+  if (c.format != OutputFormat::kText) std::cout << FormatReports(reports, c.format);
   std::cout << std::flush;
   g_generator.store(nullptr);
-  return ExitCodeFor(reports, max_error_rate);
+  return ExitCodeFor(reports, c.max_error_rate);
+}
+
+int Main() {
+  auto config = ConfigFromFlags();
+  if (!config.ok()) return Fail(config.status());
+  auto gen = PrepareGenerator(*config);
+  if (!gen.ok()) return Fail(gen.status());
+  return RunSweep(**gen, *config);
 }
 
 }  // namespace

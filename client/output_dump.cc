@@ -4,9 +4,10 @@
 #include <cstring>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 
 namespace metalserve::client {
 namespace {
@@ -40,13 +41,26 @@ float Bf16ToFloat(uint16_t b) {
   return f;
 }
 
-std::string Num(double v, int digits) {
-  if (std::isnan(v)) return "\"NaN\"";
-  if (std::isinf(v)) return v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
-  return absl::StrFormat("%.*g", digits, v);
+using Json = nlohmann::ordered_json;
+
+// `v` as a JSON number: whole values below 10^digits without a fraction
+// ("6", not "6.0", as printf's %g), others through the double nearest their
+// `digits`-significant-digit decimal, which the library prints in its
+// shortest round-trip form: for a float widened to double (digits 9) that
+// is those 9 digits at most, not the widened double's 17. NaN and the
+// infinities, which JSON has no numbers for, as strings.
+Json Num(double v, int digits) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  if (std::fabs(v) < std::pow(10.0, digits) && v == std::trunc(v)) {
+    return static_cast<int64_t>(v);
+  }
+  double d = v;
+  if (!absl::SimpleAtod(absl::StrFormat("%.*g", digits, v), &d)) d = v;
+  return d;
 }
 
-// Item size and a formatter for one element, or 0 for an unknown datatype.
+// Item size, or 0 for an unknown datatype.
 int64_t ItemOf(const std::string& dt) {
   if (dt == "FP32" || dt == "INT32") return 4;
   if (dt == "FP64" || dt == "INT64") return 8;
@@ -55,41 +69,44 @@ int64_t ItemOf(const std::string& dt) {
   return 0;
 }
 
-std::string Element(const std::string& dt, const char* p) {
+Json Element(const std::string& dt, const char* p) {
   if (dt == "FP32") return Num(Load<float>(p), 9);
   if (dt == "FP64") return Num(Load<double>(p), 17);
   if (dt == "FP16") return Num(HalfToFloat(Load<uint16_t>(p)), 9);
   if (dt == "BF16") return Num(Bf16ToFloat(Load<uint16_t>(p)), 9);
-  if (dt == "INT64") return absl::StrCat(Load<int64_t>(p));
-  if (dt == "INT32") return absl::StrCat(Load<int32_t>(p));
-  if (dt == "INT8") return absl::StrCat(Load<int8_t>(p));
-  if (dt == "UINT8") return absl::StrCat(Load<uint8_t>(p));
-  return *p != 0 ? "true" : "false";  // BOOL
+  if (dt == "INT64") return Load<int64_t>(p);
+  if (dt == "INT32") return Load<int32_t>(p);
+  if (dt == "INT8") return Load<int8_t>(p);
+  if (dt == "UINT8") return Load<uint8_t>(p);
+  return *p != 0;  // BOOL
 }
 
 }  // namespace
 
 absl::Status OutputsJson(const std::vector<DumpedTensor>& outputs, std::string* json) {
-  std::string out = "{\"outputs\":[";
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const DumpedTensor& t = outputs[i];
+  Json list = Json::array();
+  for (const DumpedTensor& t : outputs) {
     const int64_t item = ItemOf(t.datatype);
     if (item == 0 || static_cast<int64_t>(t.data.size()) % item != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "output '", t.name, "': ", t.data.size(), " bytes of datatype '",
           t.datatype, "' cannot be decoded"));
     }
-    if (i > 0) out += ",";
-    absl::StrAppend(&out, "{\"name\":\"", t.name, "\",\"datatype\":\"", t.datatype,
-                    "\",\"shape\":[", absl::StrJoin(t.shape, ","), "],\"data\":[");
+    Json data = Json::array();
     for (size_t off = 0; off < t.data.size(); off += item) {
-      if (off > 0) out += ",";
-      out += Element(t.datatype, t.data.data() + off);
+      data.push_back(Element(t.datatype, t.data.data() + off));
     }
-    out += "]}";
+    Json o;
+    o["name"] = t.name;
+    o["datatype"] = t.datatype;
+    o["shape"] = t.shape;
+    o["data"] = std::move(data);
+    list.push_back(std::move(o));
   }
-  out += "]}\n";
-  *json = std::move(out);
+  Json doc;
+  doc["outputs"] = std::move(list);
+  // A name that is not UTF-8 is written with U+FFFD rather than failing.
+  *json = doc.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
   return absl::OkStatus();
 }
 

@@ -4,7 +4,11 @@
 //                "data":[0.123456789, ...]}]}
 //
 // Values are decoded from the raw little-endian bytes (FP16/BF16 widened to
-// float); floats are printed with enough digits to round-trip.
+// float); floats are printed with enough digits to round-trip (9 for
+// float32, FP16 and BF16, the shortest round-trip form for FP64; whole
+// values without ".0"), NaN and
+// the infinities as the strings "NaN", "Infinity", "-Infinity". Written with
+// nlohmann-json, so names are escaped as JSON requires.
 //
 // Thread-safety: free functions over values.
 #ifndef METALSERVE_CLIENT_OUTPUT_DUMP_H_

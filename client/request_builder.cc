@@ -9,8 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "server/common/status_macros.h"
-#include "server/common/tensor.h"
+#include "common/status_macros.h"
+#include "common/tensor.h"
+#include "proto/dtype/dtype_map.h"
 
 namespace metalserve::client {
 namespace {
@@ -86,13 +87,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }  // namespace
 
 int64_t DataTypeSize(v1::DataType dtype) {
-  // The proto enum and metalserve::DType share their numbering.
-  return metalserve::ItemSize(static_cast<metalserve::DType>(dtype));
+  return metalserve::ItemSize(
+      metalserve::DTypeFromProto(dtype).value_or(metalserve::DType::kInvalid));
 }
 
 absl::StatusOr<v1::DataType> ParseDataType(absl::string_view text) {
   ASSIGN_OR_RETURN(const metalserve::DType d, metalserve::ParseDType(text));
-  return static_cast<v1::DataType>(d);
+  return metalserve::ProtoDataType(d);
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text) {

@@ -24,7 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
-#include "server/common/flags_help.h"
+#include "common/flags_help.h"
 #include "server/metrics/metrics.h"
 #include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"

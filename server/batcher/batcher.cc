@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 
 namespace metalserve {
 namespace {

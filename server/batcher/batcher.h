@@ -39,7 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/batcher/batch_queue.h"
 #include "server/batcher/batch_task.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 
 namespace metalserve {
 

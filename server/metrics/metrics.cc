@@ -15,7 +15,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/metrics/http_listener.h"
 #include "server/metrics/metrics_families.h"
 #include "server/metrics/monitor.h"

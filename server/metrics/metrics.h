@@ -52,7 +52,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 
 namespace metalserve {
 

@@ -35,7 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/metrics/metrics.h"
 
 namespace metalserve {

@@ -9,13 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "metalserve/v1/model_config.pb.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/model_config/model_config_internal.h"
 
 namespace metalserve {
 namespace {
 
-// Every name ParseDType (server/common/tensor.cc) accepts; docs/signature.md
+// Every name ParseDType (common/tensor.cc) accepts; docs/signature.md
 // lists the same.
 constexpr const char* kAcceptedDtypes =
     "float32 (fp32, float), float16 (fp16, half), bfloat16 (bf16), "

@@ -13,7 +13,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "metalserve/v1/model_config.pb.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/model_config/model_config_internal.h"
 
 namespace metalserve {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 
 namespace metalserve {
 namespace {

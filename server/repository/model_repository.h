@@ -43,7 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/repository/model_manager.h"
 #include "server/repository/repository_scan.h"
 #include "server/repository/servable.h"

@@ -31,7 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/runtime/runner.h"
 
 namespace metalserve {

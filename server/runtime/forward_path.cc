@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/runtime/signature_binding.h"
 
 namespace metalserve::torch_internal {

@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 
 namespace metalserve::torch_internal {
 namespace {

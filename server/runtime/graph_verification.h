@@ -28,7 +28,7 @@
 #include <torch/script.h>
 
 #include "absl/status/statusor.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/runtime/forward_path.h"
 
 namespace metalserve::torch_internal {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 
 namespace metalserve {
 namespace {

@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/common/tensor.h"
+#include "common/tensor.h"
 
 namespace metalserve {
 

@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/common/tensor.h"
+#include "common/tensor.h"
 
 namespace metalserve {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 
 namespace metalserve {
 namespace {

@@ -28,7 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/common/tensor.h"
+#include "common/tensor.h"
 
 namespace metalserve {
 

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/runtime/torch_runner_internal.h"
 
 namespace metalserve {

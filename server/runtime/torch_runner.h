@@ -70,7 +70,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/runtime/cache_policy.h"
 #include "server/runtime/device_thread.h"
 #include "server/runtime/model_signature.h"

@@ -23,7 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/signature_binding.h"
 #include "server/runtime/torch_runner_internal.h"

@@ -34,7 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/batcher/batch_queue.h"
 #include "server/batcher/batch_task.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/infer_task.h"

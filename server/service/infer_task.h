@@ -19,7 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/batcher/batch_task.h"
-#include "server/common/tensor.h"
+#include "common/tensor.h"
 
 namespace metalserve {
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/dtype/dtype_map.h"
 #include "server/service/infer_task.h"
 #include "server/service/raw_call.h"
 #include "server/service/rpc_task.h"
@@ -56,7 +57,7 @@ class PredictTask final : public RpcInferTask {
     for (Tensor& o : *outputs) {
       auto* t = response_.add_outputs();
       t->set_name(o.name);
-      t->set_dtype(ToProto(o.dtype));
+      t->set_dtype(ProtoDataType(o.dtype));
       for (int64_t d : o.shape) t->add_shape(d);
       *t->mutable_data() = std::move(o.data);
     }
@@ -145,7 +146,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelMetadata(
     response->set_device(info.device);
     auto add = [](const TensorSpec& s, metalserve::v1::TensorSpec* out) {
       out->set_name(s.name);
-      out->set_dtype(ToProto(s.dtype));
+      out->set_dtype(ProtoDataType(s.dtype));
       for (int64_t d : s.shape) out->add_shape(d);
     };
     for (const auto& s : info.inputs) add(s, response->add_inputs());

@@ -20,7 +20,7 @@
 
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "server/batcher/batcher.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/access_log.h"

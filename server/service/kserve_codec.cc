@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/dtype/dtype_map.h"
 #include "server/service/status_util.h"
 
 namespace metalserve {
@@ -18,24 +19,6 @@ using inference::ModelInferRequest;
 using inference::ModelInferResponse;
 
 namespace {
-
-struct DatatypeName {
-  DType dtype;
-  absl::string_view name;
-};
-constexpr DatatypeName kDatatypes[] = {
-    {DType::kFloat32, "FP32"}, {DType::kFloat16, "FP16"},
-    {DType::kBFloat16, "BF16"}, {DType::kFloat64, "FP64"},
-    {DType::kInt64, "INT64"},  {DType::kInt32, "INT32"},
-    {DType::kUInt8, "UINT8"},  {DType::kInt8, "INT8"},
-    {DType::kBool, "BOOL"},
-};
-
-std::string Datatypes() {
-  return absl::StrJoin(kDatatypes, ", ", [](std::string* out, const DatatypeName& d) {
-    out->append(d.name.data(), d.name.size());
-  });
-}
 
 // Appends `values` to `out` as `T`, refusing any outside T's range.
 template <typename T, typename Values>
@@ -112,36 +95,6 @@ absl::Status ContentsToBytes(const ModelInferRequest::InferInputTensor& in,
 
 }  // namespace
 
-absl::string_view KServeDatatype(DType dtype) {
-  for (const DatatypeName& d : kDatatypes) {
-    if (d.dtype == dtype) return d.name;
-  }
-  return "";
-}
-
-DType DTypeFromKServe(absl::string_view datatype) {
-  for (const DatatypeName& d : kDatatypes) {
-    if (d.name == datatype) return d.dtype;
-  }
-  return DType::kInvalid;
-}
-
-inference::DataType KServeConfigType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return inference::TYPE_FP32;
-    case DType::kFloat16: return inference::TYPE_FP16;
-    case DType::kBFloat16: return inference::TYPE_BF16;
-    case DType::kFloat64: return inference::TYPE_FP64;
-    case DType::kInt64: return inference::TYPE_INT64;
-    case DType::kInt32: return inference::TYPE_INT32;
-    case DType::kUInt8: return inference::TYPE_UINT8;
-    case DType::kInt8: return inference::TYPE_INT8;
-    case DType::kBool: return inference::TYPE_BOOL;
-    case DType::kInvalid: break;
-  }
-  return inference::TYPE_INVALID;
-}
-
 // Decodes the request's inputs; `storage` receives bytes converted from
 // typed contents (views point into it or into `request`).
 absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
@@ -160,13 +113,13 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
     const auto& t = request.inputs(i);
     RawInput in;
     in.name = t.name();
-    in.dtype = DTypeFromKServe(t.datatype());
+    in.dtype = DTypeFromKServe(t.datatype()).value_or(DType::kInvalid);
     in.dtype_label = t.datatype();
     if (in.dtype == DType::kInvalid) {
       return absl::InvalidArgumentError(absl::StrCat(
           "inputs[", i, "] ('", ClientText(t.name()), "').datatype '",
           ClientText(t.datatype()),
-          "' is not supported; use one of ", Datatypes()));
+          "' is not supported; use one of ", KServeDatatypeList()));
     }
     in.shape.assign(t.shape().begin(), t.shape().end());
     if (raw) {

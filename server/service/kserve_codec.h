@@ -1,7 +1,8 @@
 // KServe v2 (Open Inference Protocol) tensors <-> the project's tensor types:
-// the datatype table, ModelInferRequest inputs (raw_input_contents or typed
+// ModelInferRequest inputs (raw_input_contents or typed
 // `contents`) -> RawInput, the request's output selection, and the encoding
-// of the model's outputs into a ModelInferResponse.
+// of the model's outputs into a ModelInferResponse. The datatype table is
+// proto/dtype/dtype_map.h, shared with the client.
 //
 // Free functions with no state: thread-safe. Ownership: a decoded RawInput
 // holds a string_view into the request (raw_input_contents) or into the
@@ -17,20 +18,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.pb.h"
-#include "server/common/tensor.h"
+#include "common/tensor.h"
 #include "server/runtime/runner.h"
 #include "server/service/tensor_codec.h"
 
 namespace metalserve {
-
-// The specification's datatype string for `dtype` ("FP32", "BF16", ...);
-// empty for kInvalid.
-absl::string_view KServeDatatype(DType dtype);
-// The inverse; kInvalid for a string this server does not serve.
-DType DTypeFromKServe(absl::string_view datatype);
-// The model configuration's enum for `dtype` (ModelConfig); TYPE_INVALID
-// for kInvalid.
-inference::DataType KServeConfigType(DType dtype);
 
 // Decodes the request's inputs, not yet validated against the model.
 // `storage` receives the bytes converted from typed contents (one entry per

@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
+#include "proto/dtype/dtype_map.h"
 #include "server/service/infer_task.h"
 #include "server/service/kserve_codec.h"
 #include "server/service/raw_call.h"

@@ -34,12 +34,11 @@
 #include "absl/time/time.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/batcher/batcher.h"
-#include "server/common/clock.h"
-#include "server/common/tensor.h"
+#include "common/clock.h"
+#include "common/tensor.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/access_log.h"
-#include "server/service/kserve_codec.h"  // KServeDatatype, DTypeFromKServe
 #include "server/service/kserve_statistics.h"
 
 namespace metalserve {

@@ -16,7 +16,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 
 namespace metalserve {
 

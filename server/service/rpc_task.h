@@ -16,7 +16,7 @@
 
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/infer_task.h"

@@ -11,7 +11,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/service/accepted_calls.h"
 #include "server/service/batch_executor.h"
 #include "server/service/inference_service.h"

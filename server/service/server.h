@@ -23,7 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/batcher/batcher.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/accepted_calls.h"

@@ -20,7 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
 #include "server/service/listen_address.h"
 #include "server/service/server.h"
 

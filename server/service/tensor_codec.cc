@@ -5,43 +5,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/common/status_macros.h"
+#include "common/status_macros.h"
+#include "proto/dtype/dtype_map.h"
 #include "server/service/status_util.h"
 
 namespace metalserve {
-
-using metalserve::v1::DataType;
-
-DType FromProto(DataType dtype) {
-  switch (dtype) {
-    case metalserve::v1::DATA_TYPE_FLOAT32: return DType::kFloat32;
-    case metalserve::v1::DATA_TYPE_FLOAT16: return DType::kFloat16;
-    case metalserve::v1::DATA_TYPE_BFLOAT16: return DType::kBFloat16;
-    case metalserve::v1::DATA_TYPE_FLOAT64: return DType::kFloat64;
-    case metalserve::v1::DATA_TYPE_INT64: return DType::kInt64;
-    case metalserve::v1::DATA_TYPE_INT32: return DType::kInt32;
-    case metalserve::v1::DATA_TYPE_UINT8: return DType::kUInt8;
-    case metalserve::v1::DATA_TYPE_INT8: return DType::kInt8;
-    case metalserve::v1::DATA_TYPE_BOOL: return DType::kBool;
-    default: return DType::kInvalid;
-  }
-}
-
-DataType ToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return metalserve::v1::DATA_TYPE_FLOAT32;
-    case DType::kFloat16: return metalserve::v1::DATA_TYPE_FLOAT16;
-    case DType::kBFloat16: return metalserve::v1::DATA_TYPE_BFLOAT16;
-    case DType::kFloat64: return metalserve::v1::DATA_TYPE_FLOAT64;
-    case DType::kInt64: return metalserve::v1::DATA_TYPE_INT64;
-    case DType::kInt32: return metalserve::v1::DATA_TYPE_INT32;
-    case DType::kUInt8: return metalserve::v1::DATA_TYPE_UINT8;
-    case DType::kInt8: return metalserve::v1::DATA_TYPE_INT8;
-    case DType::kBool: return metalserve::v1::DATA_TYPE_BOOL;
-    case DType::kInvalid: break;
-  }
-  return metalserve::v1::DATA_TYPE_UNSPECIFIED;
-}
 
 std::vector<RawInput> DecodeInputs(const metalserve::v1::PredictRequest& request) {
   std::vector<RawInput> out;
@@ -49,7 +17,7 @@ std::vector<RawInput> DecodeInputs(const metalserve::v1::PredictRequest& request
   for (const auto& t : request.inputs()) {
     RawInput in;
     in.name = t.name();
-    in.dtype = FromProto(t.dtype());
+    in.dtype = DTypeFromProto(t.dtype()).value_or(DType::kInvalid);
     in.dtype_label = metalserve::v1::DataType_Name(t.dtype());
     if (in.dtype_label.empty()) in.dtype_label = absl::StrCat(static_cast<int>(t.dtype()));
     in.shape.assign(t.shape().begin(), t.shape().end());

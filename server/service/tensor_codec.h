@@ -12,14 +12,11 @@
 
 #include "absl/status/statusor.h"
 #include "metalserve/v1/inference.pb.h"
-#include "server/common/tensor.h"
+#include "common/tensor.h"
 #include "server/service/infer_task.h"
 #include "server/service/sliced_request.h"
 
 namespace metalserve {
-
-DType FromProto(metalserve::v1::DataType dtype);
-metalserve::v1::DataType ToProto(DType dtype);
 
 // A decoded, not yet validated input.
 struct RawInput {

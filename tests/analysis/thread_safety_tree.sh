@@ -17,7 +17,7 @@ fi
 
 # Every torch-free library and the test helpers; -O0: the analysis runs in
 # the front end, so optimising would only cost time.
-targets=(metalserve_common metalserve_batcher metalserve_runtime_policy
+targets=(metalserve_common metalserve_proto_dtype metalserve_batcher metalserve_cache_policy metalserve_model_signature
          metalserve_device_thread metalserve_repository
          metalserve_metrics metalserve_service metalserve_client
          metalserve_testing metalserve_testing_server)

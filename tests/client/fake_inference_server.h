@@ -35,7 +35,7 @@
 
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 
 namespace metalserve::testing {
 

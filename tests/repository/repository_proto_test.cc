@@ -1,5 +1,5 @@
 // The KServe model-repository extension in proto/inference/grpc_service.proto
-// must match Triton's grpc_service.proto (triton-inference-server/common,
+// must match Triton's grpc_service.proto (triton-inference-common,
 // protobuf/grpc_service.proto) name for name and number for number, or
 // tritonclient's load_model / unload_model / get_model_repository_index
 // would send fields this server reads as something else.

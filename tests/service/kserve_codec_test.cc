@@ -36,19 +36,6 @@ ModelInferRequest::InferInputTensor* AddInput(ModelInferRequest* r, const char* 
   return t;
 }
 
-TEST(KServeDatatypeTest, EveryServedDtypeRoundTripsThroughItsName) {
-  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64,
-                  DType::kInt64, DType::kInt32, DType::kUInt8, DType::kInt8, DType::kBool}) {
-    const absl::string_view name = KServeDatatype(d);
-    EXPECT_FALSE(name.empty()) << static_cast<int>(d);
-    EXPECT_EQ(DTypeFromKServe(name), d) << name;
-    EXPECT_NE(KServeConfigType(d), inference::TYPE_INVALID) << name;
-  }
-  EXPECT_EQ(KServeDatatype(DType::kInvalid), "");
-  EXPECT_EQ(DTypeFromKServe("fp32"), DType::kInvalid);  // names are upper case
-  EXPECT_EQ(KServeConfigType(DType::kBFloat16), inference::TYPE_BF16);
-}
-
 TEST(DecodeKServeInputsTest, ConvertsTypedContentsToLittleEndianBytesInStorage) {
   ModelInferRequest r;
   auto* t = AddInput(&r, "ids", "INT32", 2);

@@ -1,4 +1,4 @@
-#include "server/common/tensor.h"
+#include "common/tensor.h"
 
 #include <limits>
 

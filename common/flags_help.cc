@@ -1,4 +1,4 @@
-#include "server/common/flags_help.h"
+#include "common/flags_help.h"
 
 #include <algorithm>
 #include <cstdlib>

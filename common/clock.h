@@ -23,8 +23,17 @@ class Clock {
                                  absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 
-  // The process-wide real-time clock; never deleted.
+  // The process-wide wall clock (absl::Now): its times are dates, for
+  // timestamps and for deadlines compared with other processes' times; NTP
+  // or an operator may step it, so the difference of two readings is not
+  // always the time that passed. Never deleted.
   static Clock* RealClock();
+  // The process-wide monotonic clock (std::chrono::steady_clock): it never
+  // steps, so the difference of two readings is the time that passed; for
+  // measuring durations and pacing schedules. Its times are not dates (the
+  // epoch is unspecified, e.g. boot): never mix them with RealClock's or
+  // absl::Now()'s. Never deleted.
+  static Clock* SteadyClock();
 };
 
 }  // namespace metalserve
