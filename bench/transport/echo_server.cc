@@ -26,6 +26,7 @@
 #include "grpcpp/grpcpp.h"
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "server/model_config/model_config.h"
+#include "proto/dtype/dtype_map.h"
 #include "server/service/tensor_codec.h"
 
 ABSL_FLAG(std::string, signature, "", "Signature .json of the model to imitate (required)");
@@ -55,7 +56,7 @@ class EchoService final
       t.shape[0] = 1;
       auto* o = response.add_outputs();
       o->set_name(s.name);
-      o->set_dtype(ToProto(s.dtype));
+      o->set_dtype(ProtoDataType(s.dtype));
       for (int64_t d : t.shape) o->add_shape(d);
       o->mutable_data()->assign(static_cast<size_t>(t.RowBytes()), '\0');
     }
@@ -89,7 +90,7 @@ class EchoService final
  private:
   static void Add(const TensorSpec& s, v1::TensorSpec* out) {
     out->set_name(s.name);
-    out->set_dtype(ToProto(s.dtype));
+    out->set_dtype(ProtoDataType(s.dtype));
     for (int64_t d : s.shape) out->add_shape(d);
   }
 
