@@ -7,7 +7,8 @@
 // NOT_SERVING, stop accepting, answer every accepted request (the batcher
 // drains through the model), then end what is still open (streams such as
 // health Watch and reflection, requests whose message is still arriving) and
-// return; only an accepted request still running at the timeout is cut off.
+// return; the REST server stops accepting with gRPC and stops once the
+// batcher has answered what it accepted; only an accepted request still running at the timeout is cut off.
 // The destructor calls Shutdown().
 //
 // Thread-safety: Shutdown() and SetServing() may be called from any thread.
@@ -26,6 +27,7 @@
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/accepted_calls.h"
+#include "server/service/rest_server.h"
 
 namespace grpc {
 class Server;
@@ -38,6 +40,7 @@ class AccessLog;
 class BatchExecutor;
 class InferenceService;
 class KServeService;
+class RestServer;
 
 struct ServerOptions {
   // host:port to listen on (IPv6 hosts in brackets, "[::1]:8500"), or
@@ -71,6 +74,9 @@ struct ServerOptions {
   // gRPC shrinks flow-control windows and then cancels streams. 0: sized
   // from the other options, see MemoryQuotaBytes().
   int64_t memory_quota_bytes = 0;
+  // The KServe v2 REST API (rest_server.h); http.address empty: off. Start()
+  // fills its body limit, TLS files and version from the fields above.
+  RestOptions http;
 
   // memory_quota_bytes, or when 0: max(256 MiB, 4 x max_message_bytes), room
   // for four largest requests arriving at once.
@@ -96,6 +102,8 @@ class InferenceServer {
   ~InferenceServer();
 
   int port() const { return port_; }
+  // The REST port; 0 when http.address is empty.
+  int http_port() const;
   // Health status of "" and "metalserve.v1.Inference", and the KServe
   // ServerReady/ModelReady answers.
   void SetServing(bool serving);
@@ -115,6 +123,7 @@ class InferenceServer {
   std::unique_ptr<KServeService> kserve_;  // inference.GRPCInferenceService
   std::shared_ptr<AcceptedCalls::State> accepted_;  // unary calls in handlers
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<RestServer> rest_;  // stopped before the batcher is freed
   int port_ = 0;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
