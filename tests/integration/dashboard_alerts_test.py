@@ -121,7 +121,7 @@ class DashboardAndAlertsSeeBothMethods(unittest.TestCase):
         cls.prom_port = free_port()
         server = Process([
             ARGS.server, f"--model={ARGS.model}",
-            f"--address=127.0.0.1:{cls.grpc_port}",
+            f"--address=127.0.0.1:{cls.grpc_port}", "--http_address=",
             f"--metrics_address=127.0.0.1:{cls.metrics_port}",
             "--device=cpu", "--threads=1", "--max_batch_size=4",
             "--max_queue_delay=1ms", "--monitor_log_interval=0",
