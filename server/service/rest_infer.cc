@@ -123,7 +123,7 @@ struct Admitted {
 
 absl::StatusOr<Admitted> Admit(MHD_Connection* connection, absl::string_view body,
                                absl::string_view name, absl::string_view version,
-                               const ModelInfo& info) {
+                               const ModelInfo& info, const absl::Status& model) {
   absl::StatusOr<std::optional<size_t>> header_length = HeaderLength(connection);
   if (!header_length.ok()) return header_length.status();
   absl::StatusOr<RestInferRequest> decoded =
@@ -132,12 +132,6 @@ absl::StatusOr<Admitted> Admit(MHD_Connection* connection, absl::string_view bod
   Admitted a;
   a.request = std::make_unique<RestInferRequest>(*std::move(decoded));
   const inference::ModelInferRequest& r = a.request->request;
-  absl::Status model = CheckModelName("model name", r.model_name(), info);
-  if (model.ok() && !version.empty() && version != info.version) {
-    model = absl::NotFoundError(absl::StrCat(
-        "version '", ClientText(version), "' of model '", info.name,
-        "' is not served here; this server serves version '", info.version, "'"));
-  }
   if (!model.ok()) return model;
   std::vector<std::string> storage;  // stays empty: the inputs are raw
   absl::StatusOr<std::vector<RawInput>> raw = DecodeKServeInputs(r, &storage);
@@ -171,7 +165,7 @@ int RestServer::Infer(MHD_Connection* connection, Call* call, absl::string_view 
   }
   if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
   absl::StatusOr<Admitted> admitted =
-      Admit(connection, call->body, name, version, runner_->info());
+      Admit(connection, call->body, name, version, runner_->info(), CheckModel(name, version));
   std::string().swap(call->body);  // the request holds its own copy now
   if (!admitted.ok()) return fail(admitted.status());
   auto task = std::make_unique<RestInferTask>(

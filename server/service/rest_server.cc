@@ -267,87 +267,36 @@ int RestServer::HandleRequest(MHD_Connection* connection, const char* url,
   return Dispatch(connection, call, url, method);
 }
 
-// Routes a fully received request.
-int RestServer::Dispatch(MHD_Connection* connection, Call* call, const char* url,
-                         const char* method) {
-  const bool get = std::strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
-                   std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-  const bool post = std::strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-  std::vector<std::string> parts = absl::StrSplit(url, '/', absl::SkipEmpty());
-  auto answer = [&](absl::string_view label, const absl::Status& s, const Json& j) {
-    call->answered = true;
-    if (metrics_ != nullptr && !label.empty()) {  // unrouted paths are not counted
-      metrics_->RequestStarted(label);
-      metrics_->RequestFinished(label, s.code(), clock_->TimeNow() - call->start);
-    }
-    return QueueAnswer(connection, s.ok() ? JsonAnswer(j) : ErrorAnswer(s));
-  };
-  const auto not_allowed = [&](const char* allowed) {
-    call->answered = true;
-    RestAnswer a = ErrorAnswer(absl::InvalidArgumentError(
-        absl::StrCat("method ", ClientText(method), " is not allowed on ",
-                     ClientText(url), "; use ", allowed)));
-    a.status = MHD_HTTP_METHOD_NOT_ALLOWED;
-    return QueueAnswer(connection, a);
-  };
-  if (parts.empty() || parts[0] != "v2") {
-    return answer("", absl::NotFoundError(absl::StrCat("no such path: ", ClientText(url))), {});
-  }
-  const ModelInfo& info = runner_->info();
-  if (parts.size() == 3 && parts[1] == "health" &&
-      (parts[2] == "live" || parts[2] == "ready")) {
-    if (!get) return not_allowed("GET");
-    if (parts[2] == "live") return answer(kServerLive, absl::OkStatus(), {{"live", true}});
-    const bool ready = ready_() && !stopping_.load();
-    RestAnswer a = JsonAnswer({{"ready", ready}});
-    if (!ready) a.status = MHD_HTTP_SERVICE_UNAVAILABLE;
-    call->answered = true;
-    if (metrics_ != nullptr) {
-      metrics_->RequestStarted(kServerReady);
-      metrics_->RequestFinished(kServerReady, absl::StatusCode::kOk,
-                                clock_->TimeNow() - call->start);
-    }
-    return QueueAnswer(connection, a);
-  }
-  if (parts.size() == 1) {
-    if (!get) return not_allowed("GET");
-    return answer(kServerMetadata, absl::OkStatus(),
-                  {{"name", "metalserve"},
-                   {"version", options_.server_version},
-                   {"extensions", {"model_configuration", "binary_tensor_data"}}});
-  }
-  // /v2/models/{name}[/versions/{v}][/ready|/infer]
-  if (parts.size() < 3 || parts[1] != "models") {
-    return answer("", absl::NotFoundError(absl::StrCat("no such path: ", ClientText(url))), {});
-  }
+namespace {
+
+// A parsed /v2 path.
+struct Route {
+  enum Kind { kNone, kLive, kReady, kServer, kModel, kModelReady, kInfer } kind = kNone;
+  std::string name;     // model name
+  std::string version;  // empty: any
+};
+
+Route ParseRoute(const char* url) {
+  std::vector<std::string> p = absl::StrSplit(url, '/', absl::SkipEmpty());
+  Route r;
+  if (p.empty() || p[0] != "v2") return r;
+  if (p.size() == 1) r.kind = Route::kServer;
+  if (p.size() == 3 && p[1] == "health" && p[2] == "live") r.kind = Route::kLive;
+  if (p.size() == 3 && p[1] == "health" && p[2] == "ready") r.kind = Route::kReady;
+  if (p.size() < 3 || p[1] != "models") return r;
+  r.name = p[2];
   size_t next = 3;
-  std::string version;
-  if (parts.size() >= 5 && parts[3] == "versions") {
-    version = parts[4];
+  if (p.size() >= 5 && p[3] == "versions") {
+    r.version = p[4];
     next = 5;
   }
-  const std::string verb = parts.size() > next ? parts[next] : "";
-  if (parts.size() > next + 1 || (!verb.empty() && verb != "ready" && verb != "infer")) {
-    return answer("", absl::NotFoundError(absl::StrCat("no such path: ", ClientText(url))), {});
-  }
-  if (verb == "infer") {
-    if (!post) return not_allowed("POST");
-    return Infer(connection, call, parts[2], version);
-  }
-  if (!get) return not_allowed("GET");
-  absl::Status model = CheckModelName("model name", parts[2], info);
-  if (model.ok() && !version.empty() && version != info.version) {
-    model = absl::NotFoundError(absl::StrCat(
-        "version '", ClientText(version), "' of model '", info.name,
-        "' is not served here; this server serves version '", info.version, "'"));
-  }
-  if (verb == "ready") {
-    if (!model.ok()) return answer(kModelReady, model, {});
-    const bool ready = ready_() && !stopping_.load();
-    return answer(kModelReady,
-                  ready ? absl::OkStatus() : absl::UnavailableError("the server is not ready"),
-                  {{"name", info.name}, {"ready", ready}});
-  }
+  if (p.size() == next) r.kind = Route::kModel;
+  if (p.size() == next + 1 && p[next] == "ready") r.kind = Route::kModelReady;
+  if (p.size() == next + 1 && p[next] == "infer") r.kind = Route::kInfer;
+  return r;
+}
+
+Json ModelMetadata(const ModelInfo& info) {
   Json meta = {{"name", info.name}, {"versions", {info.version}},
                {"platform", "pytorch_libtorch"}};
   for (const char* side : {"inputs", "outputs"}) {
@@ -359,7 +308,82 @@ int RestServer::Dispatch(MHD_Connection* connection, Call* call, const char* url
     }
     meta[side] = std::move(tensors);
   }
-  return answer(kModelMetadata, model, meta);
+  return meta;
+}
+
+}  // namespace
+
+absl::Status RestServer::CheckModel(absl::string_view name, absl::string_view version) const {
+  const ModelInfo& info = runner_->info();
+  if (absl::Status s = CheckModelName("model name", name, info); !s.ok()) return s;
+  if (!version.empty() && version != info.version) {
+    return absl::NotFoundError(absl::StrCat(
+        "version '", ClientText(version), "' of model '", info.name,
+        "' is not served here; this server serves version '", info.version, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// Queues `answer`, counting it under `label` (none when empty).
+int RestServer::Answer(MHD_Connection* connection, Call* call, absl::string_view label,
+                       absl::StatusCode code, const RestAnswer& answer) {
+  call->answered = true;
+  if (metrics_ != nullptr && !label.empty()) {
+    metrics_->RequestStarted(label);
+    metrics_->RequestFinished(label, code, clock_->TimeNow() - call->start);
+  }
+  return QueueAnswer(connection, answer);
+}
+
+// Routes a fully received request.
+int RestServer::Dispatch(MHD_Connection* connection, Call* call, const char* url,
+                         const char* method) {
+  const Route route = ParseRoute(url);
+  if (route.kind == Route::kNone) {
+    return Answer(connection, call, "", absl::StatusCode::kNotFound,
+                  ErrorAnswer(absl::NotFoundError(absl::StrCat(
+                      "no such path: ", ClientText(url),
+                      "; see /v2, /v2/health/{live,ready}, /v2/models/{name}"))));
+  }
+  const bool post = std::strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+  const bool get = std::strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
+                   std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+  if (route.kind == Route::kInfer ? !post : !get) {
+    RestAnswer a = ErrorAnswer(absl::InvalidArgumentError(
+        absl::StrCat("method ", ClientText(method), " is not allowed on ", ClientText(url),
+                     "; use ", route.kind == Route::kInfer ? "POST" : "GET")));
+    a.status = MHD_HTTP_METHOD_NOT_ALLOWED;
+    return Answer(connection, call, "", absl::StatusCode::kInvalidArgument, a);
+  }
+  if (route.kind == Route::kInfer) return Infer(connection, call, route.name, route.version);
+  const ModelInfo& info = runner_->info();
+  const bool ready = ready_() && !stopping_.load();
+  switch (route.kind) {
+    case Route::kLive:
+      return Answer(connection, call, kServerLive, absl::StatusCode::kOk,
+                    JsonAnswer({{"live", true}}));
+    case Route::kReady: {
+      RestAnswer a = JsonAnswer({{"ready", ready}});
+      if (!ready) a.status = MHD_HTTP_SERVICE_UNAVAILABLE;
+      return Answer(connection, call, kServerReady, absl::StatusCode::kOk, a);
+    }
+    case Route::kServer:
+      return Answer(connection, call, kServerMetadata, absl::StatusCode::kOk,
+                    JsonAnswer({{"name", "metalserve"},
+                                {"version", options_.server_version},
+                                {"extensions", {"model_configuration", "binary_tensor_data"}}}));
+    default: break;
+  }
+  const absl::Status model = CheckModel(route.name, route.version);
+  const absl::string_view label = route.kind == Route::kModel ? kModelMetadata : kModelReady;
+  if (!model.ok()) return Answer(connection, call, label, model.code(), ErrorAnswer(model));
+  if (route.kind == Route::kModel) {
+    return Answer(connection, call, label, absl::StatusCode::kOk,
+                  JsonAnswer(ModelMetadata(info)));
+  }
+  RestAnswer a = JsonAnswer({{"name", info.name}, {"ready", ready}});
+  if (!ready) a.status = MHD_HTTP_SERVICE_UNAVAILABLE;
+  return Answer(connection, call, label, absl::StatusCode::kOk, a);
 }
 
 }  // namespace metalserve

@@ -52,6 +52,10 @@ struct MHD_Daemon;
 struct MHD_Connection;
 
 namespace metalserve {
+struct RestAnswer;  // rest_call.h
+}  // namespace metalserve
+
+namespace metalserve {
 
 struct RestOptions {
   // host:port ("127.0.0.1:8000", "[::1]:8000", "0.0.0.0:8000"); port 0
@@ -114,6 +118,10 @@ class RestServer {
   RestServer(const RestOptions& options, Runner* runner, Batcher* batcher,
              Metrics* metrics, Clock* clock, std::function<bool()> ready);
   int Dispatch(MHD_Connection* connection, Call* call, const char* url, const char* method);
+  // OK, or NOT_FOUND naming the value when `name`/`version` are not served.
+  absl::Status CheckModel(absl::string_view name, absl::string_view version) const;
+  int Answer(MHD_Connection* connection, Call* call, absl::string_view label,
+             absl::StatusCode code, const RestAnswer& answer);
   int Infer(MHD_Connection* connection, Call* call, absl::string_view name,
             absl::string_view version);
 
