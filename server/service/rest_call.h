@@ -31,6 +31,7 @@ struct RestAnswer {
 
 struct RestServer::Call {
   absl::Time start;
+  std::string peer;  // "ipv4:127.0.0.1:52814", as gRPC writes peers
   std::string body;
   bool submitted = false;   // handed to the batcher; the connection suspended
   bool answered = false;    // a response was queued (413, 411, ...)
@@ -40,6 +41,10 @@ struct RestServer::Call {
 
 // The answer for a failed request: {"error": message} with its HTTP status.
 RestAnswer ErrorAnswer(const absl::Status& status);
+
+// The client's address as gRPC writes peers ("ipv4:127.0.0.1:52814",
+// "ipv6:[::1]:52814"); "unknown" when MHD cannot tell.
+std::string PeerOf(MHD_Connection* connection);
 
 // Queues `answer` on `connection`; MHD_YES or MHD_NO as the handler returns.
 MHD_Result QueueAnswer(MHD_Connection* connection, const RestAnswer& answer);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/service/access_log.h"
 #include "server/service/infer_task.h"
 #include "server/service/kserve_codec.h"
 #include "server/service/raw_call.h"
@@ -29,6 +30,28 @@ void SetInt64Param(absl::string_view key, int64_t value, inference::ModelInferRe
   (*r->mutable_parameters())[std::string(key)].set_int64_param(value);
 }
 
+// Where an infer's outcome is recorded: the metrics and the access log
+// (either may be null).
+struct InferRecord {
+  Metrics* metrics;
+  AccessLog* access_log;
+  const ModelInfo* model;
+  Clock* clock;
+};
+
+// Records one finished infer; `rows` 0 when refused before its inputs were read.
+void Record(const InferRecord& r, const RestServer::Call& call, int64_t rows,
+            absl::StatusCode code, const RunStats& run) {
+  const absl::Time now = r.clock->TimeNow();
+  if (r.metrics != nullptr) r.metrics->RequestFinished(kModelInfer, code, now - call.start);
+  if (r.access_log != nullptr) {
+    r.access_log->Log({.time = now, .peer = call.peer, .method = kModelInfer,
+                       .model = r.model->name, .version = r.model->version, .rows = rows,
+                       .code = code, .queue = run.queue_time, .compute = run.compute_time,
+                       .total = now - call.start});
+  }
+}
+
 // An infer request in the batcher. Owns the decoded request (its inputs
 // point into it); answers its HTTP request exactly once by writing the
 // Call's answer and resuming the connection.
@@ -37,7 +60,7 @@ class RestInferTask final : public InferTask {
   RestInferTask(RestServer* server, MHD_Connection* connection, RestServer::Call* call,
                 std::unique_ptr<RestInferRequest> request, std::vector<InputView> inputs,
                 std::vector<size_t> outputs, std::vector<bool> binary, const Runner* runner,
-                Metrics* metrics, Clock* clock)
+                InferRecord record)
       : server_(server),
         connection_(connection),
         call_(call),
@@ -47,17 +70,18 @@ class RestInferTask final : public InferTask {
         outputs_(std::move(outputs)),
         binary_(std::move(binary)),
         runner_(runner),
-        metrics_(metrics),
-        clock_(clock) {}
+        record_(record) {}
 
   int64_t rows() const override { return inputs_.front().shape[0]; }
   absl::string_view batch_key() const override { return key_; }
   const std::vector<InputView>& inputs() const override { return inputs_; }
-  void Abort(const absl::Status& status) override { Complete(ErrorAnswer(status), status); }
+  void Abort(const absl::Status& status) override {
+    Complete(ErrorAnswer(status), status, RunStats{});
+  }
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs, const RunStats& stats) override {
     if (!outputs.ok()) {
-      Complete(ErrorAnswer(outputs.status()), outputs.status());
+      Complete(ErrorAnswer(outputs.status()), outputs.status(), stats);
       return;
     }
     inference::ModelInferResponse header;
@@ -72,16 +96,14 @@ class RestInferTask final : public InferTask {
     a.body = std::move(body.body);
     a.json_length = body.json_length;
     a.binary = body.has_binary;
-    Complete(std::move(a), absl::OkStatus());
+    Complete(std::move(a), absl::OkStatus(), stats);
   }
 
  private:
   // The last touch of the Call: after the resume the polling thread may
   // send the answer and free it.
-  void Complete(RestAnswer answer, const absl::Status& status) {
-    if (metrics_ != nullptr) {
-      metrics_->RequestFinished(kModelInfer, status.code(), clock_->TimeNow() - call_->start);
-    }
+  void Complete(RestAnswer answer, const absl::Status& status, const RunStats& run) {
+    Record(record_, *call_, rows(), status.code(), run);
     call_->answer = std::move(answer);
     MHD_resume_connection(connection_);
     server_->Resumed();
@@ -96,8 +118,7 @@ class RestInferTask final : public InferTask {
   const std::vector<size_t> outputs_;
   const std::vector<bool> binary_;
   const Runner* const runner_;
-  Metrics* const metrics_;
-  Clock* const clock_;
+  const InferRecord record_;
 };
 
 // The Inference-Header-Content-Length header: nullopt when absent.
@@ -153,11 +174,10 @@ int RestServer::Infer(MHD_Connection* connection, Call* call, absl::string_view 
                       absl::string_view version) {
   call->method = kModelInfer;
   if (metrics_ != nullptr) metrics_->RequestStarted(kModelInfer);
+  const InferRecord record{metrics_, options_.access_log, &runner_->info(), clock_};
   auto fail = [&](const absl::Status& s) {
     call->answered = true;
-    if (metrics_ != nullptr) {
-      metrics_->RequestFinished(kModelInfer, s.code(), clock_->TimeNow() - call->start);
-    }
+    Record(record, *call, 0, s.code(), RunStats{});
     return QueueAnswer(connection, ErrorAnswer(s));
   };
   if (stopping_.load()) {
@@ -170,7 +190,7 @@ int RestServer::Infer(MHD_Connection* connection, Call* call, absl::string_view 
   if (!admitted.ok()) return fail(admitted.status());
   auto task = std::make_unique<RestInferTask>(
       this, connection, call, std::move(admitted->request), std::move(admitted->inputs),
-      std::move(admitted->outputs), std::move(admitted->binary), runner_, metrics_, clock_);
+      std::move(admitted->outputs), std::move(admitted->binary), runner_, record);
   // Suspended before the batcher can answer it, so that the resume follows.
   call->submitted = true;
   Suspended();

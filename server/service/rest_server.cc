@@ -1,5 +1,6 @@
 #include "server/service/rest_server.h"
 
+#include <arpa/inet.h>
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <unistd.h>
@@ -105,6 +106,25 @@ RestAnswer ErrorAnswer(const absl::Status& status) {
   a.status = HttpStatusOf(status.code());
   a.body = RestErrorBody(Truncated(status.message(), kMaxStatusMessageBytes));
   return a;
+}
+
+std::string PeerOf(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  if (info == nullptr || info->client_addr == nullptr) return "unknown";
+  char host[INET6_ADDRSTRLEN] = {};
+  const sockaddr* a = info->client_addr;
+  if (a->sa_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(a);
+    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
+    return absl::StrCat("ipv4:", host, ":", ntohs(v4->sin_port));
+  }
+  if (a->sa_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(a);
+    inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
+    return absl::StrCat("ipv6:[", host, "]:", ntohs(v6->sin6_port));
+  }
+  return "unknown";
 }
 
 MHD_Result QueueAnswer(MHD_Connection* connection, const RestAnswer& answer) {
@@ -223,6 +243,7 @@ int RestServer::HandleRequest(MHD_Connection* connection, const char* url,
   if (call == nullptr) {  // headers received; the body (if any) not yet read
     call = new Call();
     call->start = clock_->TimeNow();
+    if (options_.access_log != nullptr) call->peer = PeerOf(connection);
     *con_cls = call;
     if (!options_.tls_client_ca_pem.empty()) {
       if (absl::Status s = CheckClientCertificate(connection); !s.ok()) {

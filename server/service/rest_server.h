@@ -52,6 +52,7 @@ struct MHD_Daemon;
 struct MHD_Connection;
 
 namespace metalserve {
+class AccessLog;
 struct RestAnswer;  // rest_call.h
 }  // namespace metalserve
 
@@ -79,6 +80,9 @@ struct RestOptions {
   std::string tls_key_pem;
   std::string tls_client_ca_pem;
   std::string server_version = "0.0.0";
+  // Where each infer outcome is logged (method http_ModelInfer, the
+  // client's address as peer); null: nowhere. Not owned.
+  AccessLog* access_log = nullptr;
 };
 
 // The HTTP status for a gRPC-style code: 400 bad input, 404 not found, 503

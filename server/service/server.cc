@@ -82,6 +82,7 @@ absl::StatusOr<RestOptions> RestOptionsOf(const ServerOptions& o) {
   RestOptions r = o.http;
   r.max_body_bytes = o.max_message_bytes;
   r.server_version = o.version;
+  r.access_log = o.access_log;
   if (!o.tls_cert_path.empty()) {
     ASSIGN_OR_RETURN(r.tls_cert_pem, ReadTlsFile(o.tls_cert_path, "tls_cert"));
     ASSIGN_OR_RETURN(r.tls_key_pem, ReadTlsFile(o.tls_key_path, "tls_key"));

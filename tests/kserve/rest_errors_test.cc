@@ -7,10 +7,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "absl/synchronization/mutex.h"
+#include "server/service/access_log.h"
 #include "server/service/rest_server.h"
 #include "server/service/status_util.h"
 #include "tests/kserve/rest_fixture.h"
@@ -234,6 +237,31 @@ TEST_F(RestTest, MetricsCountRestMethodsApartFromGrpc) {
   EXPECT_EQ(ServerCount("http_ModelInfer", "INVALID_ARGUMENT"), 1);
   EXPECT_EQ(ServerCount("http_ServerReady", "OK"), 1);
   EXPECT_LE(ServerCount("ModelInfer", "OK"), 0);
+}
+
+TEST_F(RestTest, AccessLogRecordsRestInfersWithThePeer) {
+  server_.reset();
+  std::string written;
+  absl::Mutex mu;
+  AccessLogOptions ao;
+  ao.sink = [&](absl::string_view batch) {  // whole lines, newline-terminated
+    absl::MutexLock l(&mu);
+    written.append(batch.data(), batch.size());
+  };
+  auto log = AccessLog::Create(std::move(ao));
+  ASSERT_TRUE(log.ok()) << log.status();
+  ServerOptions so = testing::LoopbackServerOptions();
+  so.access_log = log->get();
+  Start(so);
+  ASSERT_EQ(Post(kInfer, JsonInput(2, std::vector<float>(8, 1.0f)).dump()).status, 200);
+  ASSERT_EQ(Post("/v2/models/other/infer", JsonInput(1, {1, 2, 3, 4}).dump()).status, 404);
+  server_.reset();
+  log->reset();  // flushes and joins the writer
+  std::vector<std::string> lines = absl::StrSplit(written, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << written;
+  EXPECT_THAT(lines[0], HasSubstr("peer=ipv4:127.0.0.1:"));
+  EXPECT_THAT(lines[0], HasSubstr("method=http_ModelInfer model=fake version=1 rows=2 code=OK"));
+  EXPECT_THAT(lines[1], HasSubstr("rows=0 code=NOT_FOUND"));
 }
 
 }  // namespace
