@@ -33,6 +33,7 @@ struct RestServer::Call {
   absl::Time start;
   std::string peer;  // "ipv4:127.0.0.1:52814", as gRPC writes peers
   std::string body;
+  int64_t reserved = 0;     // body bytes accounted in ReserveBodyBytes
   bool submitted = false;   // handed to the batcher; the connection suspended
   bool answered = false;    // a response was queued (413, 411, ...)
   absl::string_view method;  // metrics label, a literal; empty: unrouted

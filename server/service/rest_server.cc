@@ -50,9 +50,11 @@ MHD_Result OnRequest(void* cls, MHD_Connection* connection, const char* url,
       connection, url, method, upload_data, upload_data_size, con_cls));
 }
 
-void OnCompleted(void* /*cls*/, MHD_Connection* /*connection*/, void** con_cls,
+void OnCompleted(void* cls, MHD_Connection* /*connection*/, void** con_cls,
                  MHD_RequestTerminationCode /*why*/) {
-  delete static_cast<RestServer::Call*>(*con_cls);
+  auto* call = static_cast<RestServer::Call*>(*con_cls);
+  if (call != nullptr) static_cast<RestServer*>(cls)->ReleaseBodyBytes(call->reserved);
+  delete call;
   *con_cls = nullptr;
 }
 
@@ -185,7 +187,7 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(
       {MHD_OPTION_THREAD_POOL_SIZE, o.threads, nullptr},
       {MHD_OPTION_CONNECTION_LIMIT, o.max_connections, nullptr},
       {MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, nullptr},
-      {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&OnCompleted), nullptr}};
+      {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&OnCompleted), s.get()}};
   if (!o.tls_cert_pem.empty()) {
     opts.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(s->options_.tls_cert_pem.c_str())});
     opts.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(s->options_.tls_key_pem.c_str())});
@@ -217,6 +219,19 @@ void RestServer::StopAccepting() {
   const MHD_socket fd = MHD_quiesce_daemon(daemon_);
   if (fd != MHD_INVALID_SOCKET) close(fd);
   listen_fd_ = -1;
+}
+
+absl::Status RestServer::ReserveBodyBytes(int64_t n) {
+  const int64_t limit = options_.max_buffered_bytes;
+  int64_t held = buffered_bytes_.load();
+  do {
+    if (limit > 0 && held + n > limit) {
+      return absl::UnavailableError(absl::StrCat(
+          "the server holds ", held, " bytes of request bodies; ", n,
+          " more would pass its limit of ", limit, " (--memory_quota_bytes); retry later"));
+    }
+  } while (!buffered_bytes_.compare_exchange_weak(held, held + n));
+  return absl::OkStatus();
 }
 
 void RestServer::Resumed() {
@@ -272,7 +287,14 @@ int RestServer::HandleRequest(MHD_Connection* connection, const char* url,
       a.status = MHD_HTTP_CONTENT_TOO_LARGE;
       return QueueAnswer(connection, a);
     }
-    if (n > 0) call->body.reserve(static_cast<size_t>(n));
+    if (n > 0) {
+      if (absl::Status s = ReserveBodyBytes(static_cast<int64_t>(n)); !s.ok()) {
+        call->answered = true;
+        return QueueAnswer(connection, ErrorAnswer(s));
+      }
+      call->reserved = static_cast<int64_t>(n);
+      call->body.reserve(static_cast<size_t>(n));
+    }
     return MHD_YES;
   }
   if (*upload_data_size > 0) {  // a piece of the body

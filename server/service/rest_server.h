@@ -74,6 +74,11 @@ struct RestOptions {
   absl::Duration read_timeout = absl::Seconds(30);
   // Largest request body, bytes (the gRPC max_message_bytes).
   int64_t max_body_bytes = 64 << 20;
+  // Request body bytes held at once over all connections (announced by
+  // Content-Length, from the headers until the answer is sent); a request
+  // that would pass it is refused 503 before its body is read. 0: no
+  // bound. InferenceServer sets it to the gRPC memory quota.
+  int64_t max_buffered_bytes = 0;
   // TLS: PEM contents (not paths). Empty cert: plaintext. A client CA
   // requires clients to present a certificate signed by it.
   std::string tls_cert_pem;
@@ -117,6 +122,10 @@ class RestServer {
   // until Resumed().
   void Suspended() { suspended_.fetch_add(1); }
   void Resumed();
+  // Accounts `n` body bytes against max_buffered_bytes; UNAVAILABLE when
+  // they do not fit. ReleaseBodyBytes gives them back.
+  absl::Status ReserveBodyBytes(int64_t n);
+  void ReleaseBodyBytes(int64_t n) { buffered_bytes_.fetch_sub(n); }
 
  private:
   RestServer(const RestOptions& options, Runner* runner, Batcher* batcher,
@@ -137,6 +146,7 @@ class RestServer {
   const std::function<bool()> ready_;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> suspended_{0};
+  std::atomic<int64_t> buffered_bytes_{0};
   absl::Mutex mu_;  // for waiting on suspended_ to reach 0
   MHD_Daemon* daemon_ = nullptr;
   int listen_fd_ = -1;

@@ -81,6 +81,7 @@ void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder* build
 absl::StatusOr<RestOptions> RestOptionsOf(const ServerOptions& o) {
   RestOptions r = o.http;
   r.max_body_bytes = o.max_message_bytes;
+  r.max_buffered_bytes = o.MemoryQuotaBytes();
   r.server_version = o.version;
   r.access_log = o.access_log;
   if (!o.tls_cert_path.empty()) {

@@ -150,6 +150,32 @@ TEST_F(RestTest, BodyOverTheLimitIsRefusedBeforeItIsSent) {
   EXPECT_THAT(Error(r), HasSubstr("5000 bytes, more than the limit of 1000"));
 }
 
+TEST_F(RestTest, BodiesBeyondTheMemoryQuotaAreRefused503BeforeTheyAreRead) {
+  server_.reset();
+  ServerOptions so = testing::LoopbackServerOptions();
+  so.max_message_bytes = 2000;
+  so.memory_quota_bytes = 3000;
+  Start(so);
+  HttpConnection held(port_);  // announces 2000 bytes, sends 10 of them
+  ASSERT_TRUE(held.Send(absl::StrCat("POST ", kInfer, " HTTP/1.1\r\nHost: x\r\n",
+                                     "Content-Length: 2000\r\n\r\n0123456789")));
+  // The held body is accounted once its headers are handled; poll for it.
+  HttpResponse r;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  do {
+    HttpConnection second(port_);
+    second.Send(absl::StrCat("POST ", kInfer, " HTTP/1.1\r\nHost: x\r\n",
+                             "Content-Length: 1500\r\n\r\n"));
+    r = second.Read();
+  } while (r.status != 503 && absl::Now() < give_up);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(Error(r), HasSubstr("more would pass its limit of 3000"));
+  // Once the held request ends, its bytes are free again.
+  ASSERT_TRUE(held.Send(std::string(1990, ' ')));
+  EXPECT_EQ(held.Read().status, 400);  // not JSON, but received
+  EXPECT_EQ(Post(kInfer, JsonInput(1, {1, 2, 3, 4}).dump()).status, 200);
+}
+
 TEST_F(RestTest, ChunkedBodiesAreRefused) {
   HttpConnection c(port_);
   ASSERT_TRUE(c.Send(absl::StrCat("POST ", kInfer, " HTTP/1.1\r\nHost: x\r\n",
