@@ -79,7 +79,7 @@ class Server:
         self.dump = os.path.join(a.workdir, f"metrics-{tag}.prom")
         self.log = open(os.path.join(a.workdir, f"server-{tag}.log"), "w")
         cmd = [os.path.join(a.build, "metalserve"), f"--model={a.model_path}",
-               f"--address=127.0.0.1:{self.port}", "--metrics_address=",
+               f"--address=127.0.0.1:{self.port}", "--metrics_address=", "--http_address=",
                f"--metrics_dump={self.dump}", f"--device={a.device}",
                f"--threads={a.threads}", f"--precision={a.precision}",
                f"--optimize={a.optimize}", f"--max_batch_size={max_batch}",

@@ -51,6 +51,14 @@ ABSL_FLAG(std::string, address, "127.0.0.1:8500",
           "gRPC listen address host:port (loopback by default; port 0 picks one), "
           "unix:///path/to.sock for a Unix domain socket, or several separated by "
           "commas, e.g. 127.0.0.1:8500,unix:///run/metalserve.sock");
+ABSL_FLAG(std::string, http_address, "127.0.0.1:8000",
+          "KServe v2 REST listen address host:port (docs/rest.md; same model, batcher, "
+          "TLS and --max_message_bytes as gRPC); empty turns it off");
+ABSL_FLAG(int, http_threads, 2, "REST polling threads (they decode and enqueue; never wait "
+          "on a batch). Default 2");
+ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
+          "Close a REST connection silent this long (slow clients, short bodies); "
+          "whole seconds. Default 30s");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "Prometheus /metrics listen address; empty turns the listener off "
           "(metrics are still recorded)");
@@ -311,6 +319,9 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   so.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
   so.tls_key_path = absl::GetFlag(FLAGS_tls_key);
   so.tls_client_ca_path = absl::GetFlag(FLAGS_tls_client_ca);
+  so.http.address = absl::GetFlag(FLAGS_http_address);
+  so.http.threads = absl::GetFlag(FLAGS_http_threads);
+  so.http.read_timeout = absl::GetFlag(FLAGS_http_read_timeout);
   if (absl::Status s = so.Validate(); !s.ok()) {
     LOG(ERROR) << "flags: " << s;
     std::exit(2);
@@ -360,7 +371,8 @@ void LogStart(const std::string& version, const metalserve::RuntimeOptions& ro,
             << " allowed_batch_sizes=[" << absl::StrJoin(so.batching.allowed_batch_sizes, ",")
             << "] max_queue_size=" << so.batching.max_queue_size
             << " executors=" << so.batching.num_executors
-            << " address=" << so.address << " metrics_address=" << mo.listen_address
+            << " address=" << so.address << " http_address=" << so.http.address
+            << " metrics_address=" << mo.listen_address
             << " access_log=" << absl::GetFlag(FLAGS_access_log);
 }
 
@@ -403,7 +415,8 @@ int main(int argc, char** argv) {
 
   auto server =
       OrDie(metalserve::InferenceServer::Start(so, runner.get(), metrics.get()), "server");
-  LOG(INFO) << "ready: gRPC on " << so.address << ", metrics on "
+  LOG(INFO) << "ready: gRPC on " << so.address << ", REST on "
+            << (so.http.address.empty() ? "(off)" : so.http.address) << ", metrics on "
             << (metrics->port() > 0 ? absl::StrCat("port ", metrics->port()) : "(off)");
 
   ServeUntilSignal(*metrics, dump_path);

@@ -50,7 +50,7 @@ def run(args, server_flags, attack_flags, timeout=300):
     port = proc_util.free_port()
     log = f"/tmp/memory_attack_{os.getpid()}_{port}.log"
     cmd = [args.server, "--model=" + args.model, "--device=cpu", "--threads=1",
-           "--metrics_address=", f"--address=127.0.0.1:{port}"] + server_flags
+           "--metrics_address=", f"--address=127.0.0.1:{port}", "--http_address="] + server_flags
     with open(log, "w") as out:
         srv = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -82,7 +82,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="metalserve_soak_")
     log_path = os.path.join(tmp, "server.log")
     server = Process(
-        [args.server, f"--model={args.model}", f"--address=127.0.0.1:{port}",
+        [args.server, f"--model={args.model}", f"--address=127.0.0.1:{port}", "--http_address=",
          f"--metrics_address=127.0.0.1:{mport}", "--monitor_log_interval=0"]
         + args.server_args.split(), log_path)
     samples = []  # (seconds since start, requests done, rss KiB, device dict)

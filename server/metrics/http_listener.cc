@@ -25,8 +25,8 @@ constexpr char kTextFormat[] = "text/plain; version=0.0.4; charset=utf-8";
 constexpr int kListenBacklog = 128;
 
 // host:port, with [v6] brackets removed from the host.
-absl::Status SplitHostPort(const std::string& address, std::string* host,
-                           std::string* port) {
+absl::Status SplitHostPort(const std::string& address, absl::string_view what,
+                           std::string* host, std::string* port) {
   const size_t colon = address.rfind(':');
   int number = -1;
   if (colon == std::string::npos || colon == 0 ||
@@ -34,7 +34,7 @@ absl::Status SplitHostPort(const std::string& address, std::string* host,
                         &number) ||
       number < 0 || number > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "metrics listen address must be host:port, got \"", address, "\""));
+        what, " listen address must be host:port, got \"", address, "\""));
   }
   *host = address.substr(0, colon);
   if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
@@ -42,58 +42,6 @@ absl::Status SplitHostPort(const std::string& address, std::string* host,
   }
   *port = address.substr(colon + 1);
   return absl::OkStatus();
-}
-
-// A listening socket bound to `address`, or Unavailable with the reason.
-absl::StatusOr<int> BindAndListen(const std::string& address, bool* ipv6) {
-  std::string host, port;
-  if (absl::Status s = SplitHostPort(address, &host, &port); !s.ok()) return s;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
-      rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics listen address \"", address,
-                     "\": cannot resolve host: ", gai_strerror(rc)));
-  }
-  std::string reason = "no address";
-  int fd = -1;
-  for (addrinfo* ai = found; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
-    if (fd < 0) {
-      reason = absl::StrCat("socket: ", std::strerror(errno));
-      continue;
-    }
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
-        listen(fd, kListenBacklog) != 0) {
-      reason = std::strerror(errno);
-      close(fd);
-      fd = -1;
-      continue;
-    }
-    *ipv6 = ai->ai_family == AF_INET6;
-  }
-  freeaddrinfo(found);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve /metrics on ", address, ": ", reason));
-  }
-  return fd;
-}
-
-int BoundPort(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return 0;
-  if (ss.ss_family == AF_INET6) {
-    return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
-  }
-  return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
 }
 
 void LogFromDaemon(void* /*cls*/, const char* format, va_list ap) {
@@ -136,6 +84,59 @@ MHD_Result HandleRequest(void* cls, MHD_Connection* connection,
 
 }  // namespace
 
+// A listening socket bound to `address`, or Unavailable with the reason.
+absl::StatusOr<int> BindListenSocket(const std::string& address, absl::string_view what,
+                                     bool* ipv6) {
+  std::string host, port;
+  if (absl::Status s = SplitHostPort(address, what, &host, &port); !s.ok()) return s;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " listen address \"", address,
+                     "\": cannot resolve host: ", gai_strerror(rc)));
+  }
+  std::string reason = "no address";
+  int fd = -1;
+  for (addrinfo* ai = found; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd < 0) {
+      reason = absl::StrCat("socket: ", std::strerror(errno));
+      continue;
+    }
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
+        listen(fd, kListenBacklog) != 0) {
+      reason = std::strerror(errno);
+      close(fd);
+      fd = -1;
+      continue;
+    }
+    *ipv6 = ai->ai_family == AF_INET6;
+  }
+  freeaddrinfo(found);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve ", what, " on ", address, ": ", reason));
+  }
+  return fd;
+}
+
+int BoundPort(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return 0;
+  if (ss.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  }
+  return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+}
+
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
     const HttpListenerOptions& options, BodyFn body) {
   if (options.idle_timeout <= absl::ZeroDuration()) {
@@ -149,7 +150,7 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
                      "got ", options.max_connections));
   }
   bool ipv6 = false;
-  absl::StatusOr<int> fd = BindAndListen(options.address, &ipv6);
+  absl::StatusOr<int> fd = BindListenSocket(options.address, "/metrics", &ipv6);
   if (!fd.ok()) return fd.status();
   std::unique_ptr<HttpListener> listener(
       new HttpListener(std::move(body), BoundPort(*fd)));

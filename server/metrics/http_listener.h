@@ -12,6 +12,15 @@ struct MHD_Daemon;
 
 namespace metalserve {
 
+// A listening TCP socket bound to `address` (host:port, [v6]:port; port 0
+// picks one); *ipv6 tells its family. INVALID_ARGUMENT for a malformed
+// address, UNAVAILABLE naming `what` ("/metrics"), the address and the
+// system's reason when it cannot be bound. The caller owns the descriptor.
+absl::StatusOr<int> BindListenSocket(const std::string& address, absl::string_view what,
+                                     bool* ipv6);
+// The port `fd` is bound to; 0 when it cannot be read.
+int BoundPort(int fd);
+
 struct HttpListenerOptions {
   // host:port to listen on ("127.0.0.1:9464", "0.0.0.0:9464", "[::1]:9464",
   // "localhost:9464"). Port 0 picks a free one; port() says which.

@@ -31,7 +31,8 @@
 //                                          a "quantile" label is reserved
 //                                          for summaries)
 //
-// Label values are bounded: methods "Predict" and "GetModelMetadata", every
+// Label values are bounded: methods "Predict", "GetModelMetadata" and
+// "http_ModelInfer" (KServe REST infer; REST methods start "http_"), every
 // gRPC code, batch reasons "full" and "delay_expired", and cache triggers
 // "every_n", "interval", "watermark", "oom" exist from the start (at zero);
 // up to 16 further values per label are learned at run time, and any beyond

@@ -66,7 +66,8 @@ RequestFamilies::RequestFamilies(prometheus::Registry& registry)
                    .Register(registry)),
       inflight(SingleGauge(registry, "metalserve_inflight_requests",
                            "RPCs started and not yet finished.")),
-      methods({"Predict", "GetModelMetadata"}, [this](const std::string& method) {
+      methods({"Predict", "GetModelMetadata", "http_ModelInfer"},
+              [this](const std::string& method) {
         MethodSeries s;
         for (int i = 0; i < kNumCodes; ++i) {
           s.requests[i] = &requests.Add(

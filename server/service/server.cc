@@ -77,6 +77,24 @@ void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder* build
   builder->SetResourceQuota(quota);
 }
 
+// The REST server's options: http's own, plus the body limit, TLS and
+// version the gRPC server uses.
+absl::StatusOr<RestOptions> RestOptionsOf(const ServerOptions& o) {
+  RestOptions r = o.http;
+  r.max_body_bytes = o.max_message_bytes;
+  r.max_buffered_bytes = o.MemoryQuotaBytes();
+  r.server_version = o.version;
+  r.access_log = o.access_log;
+  if (!o.tls_cert_path.empty()) {
+    ASSIGN_OR_RETURN(r.tls_cert_pem, ReadTlsFile(o.tls_cert_path, "tls_cert"));
+    ASSIGN_OR_RETURN(r.tls_key_pem, ReadTlsFile(o.tls_key_path, "tls_key"));
+  }
+  if (!o.tls_client_ca_path.empty()) {
+    ASSIGN_OR_RETURN(r.tls_client_ca_pem, ReadTlsFile(o.tls_client_ca_path, "tls_client_ca"));
+  }
+  return r;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
@@ -141,6 +159,12 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     if (!UnixSocketPath(s->addresses_[i]).has_value()) s->port_ = *s->bound_ports_[i];
   }
   if (s->port_ == 0) s->port_ = *s->bound_ports_.front();
+  if (!options.http.address.empty()) {
+    ASSIGN_OR_RETURN(RestOptions rest, RestOptionsOf(options));
+    KServeService* kserve = s->kserve_.get();
+    ASSIGN_OR_RETURN(s->rest_, RestServer::Start(rest, runner, s->batcher_.get(), metrics,
+                                                 clock, [kserve] { return kserve->ready(); }));
+  }
   s->SetServing(true);
   LOG(INFO) << "serving " << runner->info().name << " on " << options.address
             << " (port " << s->port_ << ")"
@@ -153,6 +177,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
 }
 
 InferenceServer::~InferenceServer() { Shutdown(); }
+
+int InferenceServer::http_port() const { return rest_ != nullptr ? rest_->port() : 0; }
 
 void InferenceServer::SetServing(bool serving) {
   if (server_ == nullptr) return;
@@ -173,8 +199,10 @@ void InferenceServer::Shutdown(absl::Duration timeout) {
     shut_down_ = true;
   }
   SetServing(false);
+  if (rest_ != nullptr) rest_->StopAccepting();
   if (server_ != nullptr) StopGrpc(absl::Now() + timeout);
   if (batcher_ != nullptr) batcher_->Shutdown();
+  rest_.reset();  // every request it handed to the batcher is answered
   if (server_ != nullptr) server_->Wait();
   for (const std::string& f : socket_files_) RemoveUnixSocket(f);
   LOG(INFO) << "server stopped";

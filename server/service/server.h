@@ -7,7 +7,8 @@
 // NOT_SERVING, stop accepting, answer every accepted request (the batcher
 // drains through the model), then end what is still open (streams such as
 // health Watch and reflection, requests whose message is still arriving) and
-// return; only an accepted request still running at the timeout is cut off.
+// return; the REST server stops accepting with gRPC and stops once the
+// batcher has answered what it accepted; only an accepted request still running at the timeout is cut off.
 // The destructor calls Shutdown().
 //
 // Thread-safety: Shutdown() and SetServing() may be called from any thread.
@@ -27,6 +28,7 @@
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/accepted_calls.h"
+#include "server/service/rest_server.h"
 
 namespace grpc {
 class Server;
@@ -41,6 +43,7 @@ class AccessLog;
 class BatchExecutor;
 class InferenceService;
 class KServeService;
+class RestServer;
 
 struct ServerOptions {
   // Where to listen: host:port (IPv6 hosts in brackets, "[::1]:8500"),
@@ -79,6 +82,9 @@ struct ServerOptions {
   // gRPC shrinks flow-control windows and then cancels streams. 0: sized
   // from the other options, see MemoryQuotaBytes().
   int64_t memory_quota_bytes = 0;
+  // The KServe v2 REST API (rest_server.h); http.address empty: off. Start()
+  // fills its body limit, TLS files and version from the fields above.
+  RestOptions http;
 
   // memory_quota_bytes, or when 0: max(256 MiB, 4 x max_message_bytes), room
   // for four largest requests arriving at once.
@@ -107,6 +113,8 @@ class InferenceServer {
   // The port bound for the first host:port address; 1 when every address is
   // a Unix socket (gRPC's answer for a bound socket).
   int port() const { return port_; }
+  // The REST port; 0 when http.address is empty.
+  int http_port() const;
   // Health status of "" and "metalserve.v1.Inference", and the KServe
   // ServerReady/ModelReady answers.
   void SetServing(bool serving);
@@ -131,6 +139,7 @@ class InferenceServer {
   std::unique_ptr<KServeService> kserve_;  // inference.GRPCInferenceService
   std::shared_ptr<AcceptedCalls::State> accepted_;  // unary calls in handlers
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<RestServer> rest_;  // stopped before the batcher is freed
   int port_ = 0;
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<int>> bound_ports_;  // one per address, set by gRPC

@@ -93,7 +93,7 @@ class Container(unittest.TestCase):
         r = self.engine_cmd(
             "run", "-d", "--name", name, "--network=host", "--no-healthcheck",
             IMAGE, f"--model={MODEL_IN_IMAGE}",
-            f"--address=127.0.0.1:{grpc_port}",
+            f"--address=127.0.0.1:{grpc_port}", "--http_address=",
             f"--metrics_address=127.0.0.1:{metrics_port}", *SERVER_FLAGS)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.addCleanup(self.engine_cmd, "rm", "-f", "-t", "0", name)
@@ -136,7 +136,7 @@ class Container(unittest.TestCase):
         grpc_port, metrics_port = free_port(), free_port()
         log = os.path.join(self.tmp, "host.log")
         proc = Process([ARGS.server, f"--model={ARGS.model}",
-                        f"--address=127.0.0.1:{grpc_port}",
+                        f"--address=127.0.0.1:{grpc_port}", "--http_address=",
                         f"--metrics_address=127.0.0.1:{metrics_port}",
                         *SERVER_FLAGS], log, name="host metalserve")
         try:

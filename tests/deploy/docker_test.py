@@ -185,7 +185,7 @@ class Dockerfiles(unittest.TestCase):
         self.assertNotEqual(subprocess.run(cmd, timeout=10, capture_output=True).returncode,
                             0, "healthy with nothing listening")
         proc = Process([ARGS.server, f"--model={ARGS.model}",
-                        f"--address=127.0.0.1:{grpc_port}",
+                        f"--address=127.0.0.1:{grpc_port}", "--http_address=",
                         f"--metrics_address=127.0.0.1:{port}",
                         "--device=cpu", "--threads=1",
                         "--monitor_log_interval=0"])

@@ -82,7 +82,7 @@ class Server(Process):
         super().__init__([
             ARGS.server,
             f"--model={ARGS.model}",
-            f"--address={self.address}",
+            f"--address={self.address}", "--http_address=",
             f"--metrics_address=127.0.0.1:{self.metrics_port}",
             "--device=cpu", "--threads=1", "--executors=1",
             "--max_batch_size=8", "--max_queue_delay=1ms",

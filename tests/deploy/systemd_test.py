@@ -154,6 +154,7 @@ class SystemdSeccomp(unittest.TestCase):
         flags = deploy_common.parse_flags(unit["Service"]["ExecStart"][0].split()[1:])
         flags.update(model=ARGS.model, address=f"127.0.0.1:{self.port}",
                      metrics_address=f"127.0.0.1:{self.metrics_port}",
+                     http_address=f"127.0.0.1:{proc_util.free_port()}",
                      drain_grace="0s", threads="2")
         argv = ["/usr/bin/python3", SECCOMP_EXEC, *filter_args, "--",
                 ARGS.server, *(f"--{k}={v}" for k, v in flags.items())]

@@ -2,19 +2,21 @@
 """Every Grafana dashboard query (deploy/grafana/metalserve.json), every alert
 rule (deploy/prometheus/alerts.yml) and the prometheus-adapter rule in
 docs/fleet.md, evaluated by a real Prometheus that scraped a real metalserve
-fed by native Predict and KServe ModelInfer traffic.
+fed by native Predict, KServe ModelInfer (gRPC) and KServe REST infer
+(method http_ModelInfer) traffic.
 
 The test starts, all on 127.0.0.1 with free ports and bounded by --timeout:
   1. build/metalserve serving the tiny_cnn model;
   2. /usr/bin/prometheus scraping it every second as job "metalserve" (with
      the namespace/pod labels a Kubernetes scrape adds) and loading
      alerts.yml;
-then sends, with metalserve-bench, successful calls over both protocols and
-caller errors (an unknown model name: NOT_FOUND) over both, and checks:
+then sends, with metalserve-bench (gRPC) and urllib (REST), successful calls
+over the three and caller errors (an unknown model name: NOT_FOUND) over
+each, and checks:
   - each dashboard query and each alert expression (its threshold
     comparison removed) returns series; a query over the per-method families
     (metalserve_requests_total, metalserve_request_duration_seconds) returns
-    series for Predict and for ModelInfer, either as a `method` label or,
+    series for Predict, ModelInfer and http_ModelInfer, either as a `method` label or,
     for a query summed over methods, when restricted to each method in turn;
     latency quantiles are finite numbers;
   - Prometheus evaluates every rule without error;
@@ -36,7 +38,9 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import yaml
 
@@ -45,7 +49,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
 from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
 
 ARGS = None
-METHODS = ("Predict", "ModelInfer")
+METHODS = ("Predict", "ModelInfer", "http_ModelInfer")
 # Families with a `method` label: a query over them must see both methods.
 PER_METHOD = re.compile(
     r"\b(metalserve_requests_total|metalserve_request_duration_seconds_\w+)\{")
@@ -118,10 +122,12 @@ class DashboardAndAlertsSeeBothMethods(unittest.TestCase):
             if not os.path.exists(path):
                 raise AssertionError(f"not found: {path}")
         cls.grpc_port, cls.metrics_port = free_port(), free_port()
+        cls.http_port = free_port()
         cls.prom_port = free_port()
         server = Process([
             ARGS.server, f"--model={ARGS.model}",
             f"--address=127.0.0.1:{cls.grpc_port}",
+            f"--http_address=127.0.0.1:{cls.http_port}",
             f"--metrics_address=127.0.0.1:{cls.metrics_port}",
             "--device=cpu", "--threads=1", "--max_batch_size=4",
             "--max_queue_delay=1ms", "--monitor_log_interval=0",
@@ -176,20 +182,44 @@ class DashboardAndAlertsSeeBothMethods(unittest.TestCase):
         return r.stdout
 
     @classmethod
+    def _rest(cls, requests, model_name="tiny_cnn"):
+        """`requests` REST infers of one zero image; their HTTP statuses."""
+        body = json.dumps({"inputs": [{"name": "input", "shape": [1, 3, 8, 8],
+                                       "datatype": "FP32", "data": [0.0] * 192}]}).encode()
+        statuses = []
+        for _ in range(requests):
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{cls.http_port}/v2/models/{model_name}/infer", data=body)
+            try:
+                with urllib.request.urlopen(req, timeout=20) as r:
+                    statuses.append(r.status)
+            except urllib.error.HTTPError as e:
+                statuses.append(e.code)
+        return statuses
+
+    @classmethod
     def _send_traffic(cls):
         # Every series must be in a scrape before its calls are counted: a
         # series first seen with its final count has a rate of zero. Predict's
         # exist from the start; ModelInfer's appear with its first call.
         cls._wait_count('method="Predict",code="OK"', 0)
         cls._bench("kserve", 1)
+        if cls._rest(1) != [200]:
+            raise AssertionError("the first REST infer failed")
         cls._wait_count('method="ModelInfer",code="NOT_FOUND"', 0)
+        cls._wait_count('method="http_ModelInfer",code="NOT_FOUND"', 0)
         for protocol in ("native", "kserve"):
             out = cls._bench(protocol, N_CALLER_ERRORS, model_name="nope")
             if f"NOT_FOUND {N_CALLER_ERRORS}" not in out:
                 raise AssertionError(f"expected NOT_FOUND errors:\n{out}")
             cls._bench(protocol, N_CALLS)
         cls._wait_count('method="Predict",code="OK"', N_CALLS)
+        if cls._rest(N_CALLER_ERRORS, model_name="nope") != [404] * N_CALLER_ERRORS:
+            raise AssertionError("expected 404 from REST infers of another model")
+        if cls._rest(N_CALLS) != [200] * N_CALLS:
+            raise AssertionError("REST infers failed")
         cls._wait_count('method="ModelInfer",code="OK"', N_CALLS + 1)
+        cls._wait_count('method="http_ModelInfer",code="OK"', N_CALLS + 1)
 
     @classmethod
     def _wait_count(cls, matchers, want):

@@ -75,7 +75,7 @@ class Lifecycle(unittest.TestCase):
         port = free_port()
         self.metrics_port = free_port() if metrics else 0
         self.log = os.path.join(self.tmp, f"server-{self.id().split('.')[-1]}.log")
-        argv = [ARGS.server, f"--model={ARGS.model}", f"--address=127.0.0.1:{port}",
+        argv = [ARGS.server, f"--model={ARGS.model}", f"--address=127.0.0.1:{port}", "--http_address=",
                 "--device=cpu", "--threads=1", "--monitor_log_interval=0",
                 f"--metrics_address=127.0.0.1:{self.metrics_port}" if metrics
                 else "--metrics_address=", *flags]
@@ -149,7 +149,7 @@ class Lifecycle(unittest.TestCase):
         self.log = os.path.join(self.tmp, "server-loading.log")
         self.server = Process([ARGS.server, f"--model={model}", "--optimize=none",
                                "--max_batch_size=4",
-                               f"--address=127.0.0.1:{port}", "--device=cpu",
+                               f"--address=127.0.0.1:{port}", "--http_address=", "--device=cpu",
                                f"--metrics_address=127.0.0.1:{self.metrics_port}",
                                "--threads=1", "--monitor_log_interval=0"], self.log)
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")

@@ -84,7 +84,7 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
         server = Process([
             ARGS.server,
             f"--model={ARGS.model}",
-            f"--address=127.0.0.1:{cls.grpc_port}",
+            f"--address=127.0.0.1:{cls.grpc_port}", "--http_address=",
             f"--metrics_address=127.0.0.1:{cls.metrics_port}",
             "--device=cpu", "--threads=1",
             f"--max_batch_size={ROWS_OK}",

@@ -78,7 +78,7 @@ def start_server(args, model, tmp, tag):
     for it to answer."""
     target = f"127.0.0.1:{free_port()}"
     server = Process(
-        [args.server, f"--model={model}", f"--address={target}",
+        [args.server, f"--model={model}", f"--address={target}", "--http_address=",
          "--metrics_address=", "--threads=1"],
         os.path.join(tmp, f"server-{tag}.log"))
     return server, target

@@ -81,7 +81,7 @@ TEST(MetricsTest, PreCreatesEveryCodeForKnownMethodsAtZero) {
   for (absl::string_view code :
        {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
         "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "UNAUTHENTICATED"}) {
-    for (absl::string_view method : {"Predict", "GetModelMetadata"}) {
+    for (absl::string_view method : {"Predict", "GetModelMetadata", "http_ModelInfer"}) {
       EXPECT_THAT(Sample(s, absl::StrCat("metalserve_requests_total{code=\"",
                                          code, "\",method=\"", method, "\"}")),
                   Optional(Eq(0)))

@@ -79,7 +79,7 @@ class DrainTest(unittest.TestCase):
         port = free_port()
         server_log = os.path.join(self.tmp, "server.log")
         server = self.spawn([ARGS.server, f"--model={ARGS.model}",
-                             f"--address=127.0.0.1:{port}", "--metrics_address=",
+                             f"--address=127.0.0.1:{port}", "--metrics_address=", "--http_address=",
                              "--threads=1", "--max_batch_size=8",
                              f"--drain_grace={GRACE_S}s",
                              f"--shutdown_timeout={SHUTDOWN_TIMEOUT_S}s",
@@ -225,7 +225,7 @@ class SignalTest(unittest.TestCase):
         port = free_port()
         log = os.path.join(self.tmp, "server.log")
         p = Process([ARGS.server, f"--model={model or ARGS.model}",
-                     f"--address=127.0.0.1:{port}", "--metrics_address=",
+                     f"--address=127.0.0.1:{port}", "--metrics_address=", "--http_address=",
                      "--threads=1", "--monitor_log_interval=0"] + extra, log)
         self.procs.append(p)
         return p, port, log

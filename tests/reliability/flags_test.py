@@ -33,7 +33,7 @@ def make_tls(d):
 
 
 def run_case(server, model, flags, want):
-    cmd = [server, "--model=" + model, "--metrics_address=", "--device=cpu"] + flags
+    cmd = [server, "--model=" + model, "--metrics_address=", "--http_address=", "--device=cpu"] + flags
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            timeout=30)

@@ -18,7 +18,7 @@ tests=(batcher_test service_test client_histogram_test client_util_test
        client_loadgen_test client_cli_test reliability_test transport_test tls_test
        repository_test device_thread_test)
 targets=("${tests[@]}")
-[[ $mode == address ]] && targets+=(request_fuzzer)
+[[ $mode == address ]] && targets+=(request_fuzzer rest_request_fuzzer)
 
 if [[ $step == build || $step == all ]]; then
   cmake -S "$src" -B "$tree" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -94,7 +94,7 @@ class Server:
         self.port = proc_util.free_port()
         self.log = os.path.join(cwd, "server.log")
         argv = ["bash", "-c", "exec " + command +
-                f" --address=127.0.0.1:{self.port}"
+                f" --address=127.0.0.1:{self.port} --http_address="
                 f" --metrics_address=127.0.0.1:{proc_util.free_port()}"]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL,
@@ -161,7 +161,7 @@ class OwnModelTest(unittest.TestCase):
         command = re.sub(r" --input_shape=\S+", "", with_build_dir(serve))
         self.assertNotEqual(command, with_build_dir(serve))
         # Free ports: the metrics listener starts before the model loads.
-        command += (f" --address=127.0.0.1:{proc_util.free_port()}"
+        command += (f" --address=127.0.0.1:{proc_util.free_port()} --http_address="
                     f" --metrics_address=127.0.0.1:{proc_util.free_port()}")
         done = subprocess.run(["bash", "-c", command], cwd=self.dir, timeout=TIMEOUT_S,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -1,0 +1,131 @@
+// The KServe v2 REST API (server/service/rest_server.h) over real HTTP on
+// loopback, beside the gRPC service of the same InferenceServer, with the
+// fake runner (float32 [rows, 4] -> 2x). Torch-free.
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "server/service/rest_server.h"
+#include "tests/kserve/http_client.h"
+#include "tests/kserve/rest_fixture.h"
+#include "tests/testing/fake_runner_server.h"
+
+namespace metalserve {
+namespace {
+
+using ::metalserve::testing::FloatBytes;
+using ::metalserve::testing::JsonInput;
+using ::metalserve::testing::kInfer;
+using ::metalserve::testing::RestTest;
+using ::metalserve::testing::HttpCall;
+using ::metalserve::testing::HttpConnection;
+using ::metalserve::testing::HttpResponse;
+using ::metalserve::testing::RawRequest;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+TEST_F(RestTest, HealthAndMetadataEndpointsAnswer) {
+  EXPECT_EQ(Json::parse(Get("/v2/health/live").body), Json({{"live", true}}));
+  HttpResponse ready = Get("/v2/health/ready");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(Json::parse(ready.body), Json({{"ready", true}}));
+  Json server = Json::parse(Get("/v2").body);
+  EXPECT_EQ(server["name"], "metalserve");
+  EXPECT_THAT(server["extensions"].dump(), HasSubstr("binary_tensor_data"));
+  for (const char* path : {"/v2/models/fake", "/v2/models/fake/versions/1"}) {
+    HttpResponse meta = Get(path);
+    ASSERT_EQ(meta.status, 200) << path;
+    Json j = Json::parse(meta.body);
+    EXPECT_EQ(j["inputs"][0]["datatype"], "FP32");
+    EXPECT_EQ(j["outputs"][0]["name"], "output");
+    EXPECT_EQ(j["versions"], Json({"1"}));
+  }
+  EXPECT_EQ(Get("/v2/models/fake/ready").status, 200);
+  EXPECT_EQ(Get("/v2/models/fake/versions/1/ready").status, 200);
+  HttpResponse other = Get("/v2/models/other");
+  EXPECT_EQ(other.status, 404);
+  EXPECT_THAT(Error(other), HasSubstr("'other' is not served here"));
+  EXPECT_EQ(Get("/v2/models/fake/versions/2/ready").status, 404);
+  EXPECT_EQ(Get("/v2/nothing").status, 404);
+  EXPECT_EQ(Post("/v2/health/live", "").status, 405);
+  EXPECT_EQ(Get(kInfer).status, 405);
+}
+
+TEST_F(RestTest, ReadinessIs503FromTheMomentServingStops) {
+  server_->SetServing(false);  // what main does when drain begins
+  HttpResponse ready = Get("/v2/health/ready");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(Json::parse(ready.body), Json({{"ready", false}}));
+  EXPECT_EQ(Get("/v2/models/fake/ready").status, 503);
+  EXPECT_EQ(Get("/v2/health/live").status, 200);
+  server_->SetServing(true);
+  EXPECT_EQ(Get("/v2/health/ready").status, 200);
+}
+
+TEST_F(RestTest, JsonInferAcceptsFlatAndNestedData) {
+  for (const Json& data : {Json({1, 2, 3, 4, 5, 6, 7, 8.5}),
+                           Json({{1, 2, 3, 4}, {5, 6, 7, 8.5}})}) {
+    Json body = JsonInput(2, data);
+    body["id"] = "r1";
+    HttpResponse r = Post(kInfer, body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    Json j = Json::parse(r.body);
+    EXPECT_EQ(j["id"], "r1");
+    EXPECT_EQ(j["model_name"], "fake");
+    EXPECT_EQ(j["outputs"][0]["shape"], Json({2, 4}));
+    EXPECT_EQ(j["outputs"][0]["data"], Json({2, 4, 6, 8, 10, 12, 14, 17}));
+    EXPECT_EQ(j["parameters"]["batch_rows"], 2);
+  }
+}
+
+TEST_F(RestTest, BinaryExtensionCarriesInputsAndOutputs) {
+  Json header = {{"inputs", {{{"name", "input"}, {"shape", {1, 4}}, {"datatype", "FP32"},
+                              {"parameters", {{"binary_data_size", 16}}}}}},
+                 {"outputs", {{{"name", "output"}, {"parameters", {{"binary_data", true}}}}}}};
+  const std::string json = header.dump();
+  HttpResponse r = Post(kInfer, json + FloatBytes({1, 2, 3, 4.5}),
+                        absl::StrCat("Inference-Header-Content-Length: ", json.size(), "\r\n"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const size_t n = std::stoul(r.headers["inference-header-content-length"]);
+  Json j = Json::parse(r.body.substr(0, n));
+  EXPECT_EQ(j["outputs"][0]["parameters"]["binary_data_size"], 16);
+  EXPECT_FALSE(j["outputs"][0].contains("data"));
+  EXPECT_EQ(r.body.substr(n), FloatBytes({2, 4, 6, 9}));
+
+  // Binary in, JSON out (no binary_data asked for).
+  header.erase("outputs");
+  const std::string json2 = header.dump();
+  r = Post(kInfer, json2 + FloatBytes({1, 2, 3, 4}),
+           absl::StrCat("Inference-Header-Content-Length: ", json2.size(), "\r\n"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["outputs"][0]["data"], Json({2, 4, 6, 8}));
+  EXPECT_EQ(r.headers.count("inference-header-content-length"), 0u);
+}
+
+TEST_F(RestTest, BinaryDataOutputAppliesToEveryOutput) {
+  Json body = JsonInput(1, {1, 2, 3, 4});
+  body["parameters"] = {{"binary_data_output", true}};
+  HttpResponse r = Post(kInfer, body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const size_t n = std::stoul(r.headers["inference-header-content-length"]);
+  EXPECT_EQ(r.body.substr(n), FloatBytes({2, 4, 6, 8}));
+}
+
+TEST_F(RestTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  HttpConnection c(port_);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.Send(RawRequest("POST", kInfer, JsonInput(1, {i, 0, 0, 0}).dump())));
+    HttpResponse r = c.Read();
+    ASSERT_EQ(r.status, 200) << i;
+    EXPECT_EQ(Json::parse(r.body)["outputs"][0]["data"][0], 2 * i);
+  }
+}
+
+}  // namespace
+}  // namespace metalserve
