@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "proto/dtype/dtype_map.h"
 #include "server/service/kserve_codec.h"
 #include "server/service/status_util.h"
 
@@ -270,7 +271,7 @@ absl::Status DecodeInputs(const Json& root, absl::string_view binary,
     if (absl::Status s = DecodeInputHeader(in, f, t); !s.ok()) return s;
     f = absl::StrCat(f, " ('", ClientText(t->name()), "')");
     std::string* bytes = request->add_raw_input_contents();
-    if (absl::Status s = DecodeInputBytes(in, f, *t, DTypeFromKServe(t->datatype()),
+    if (absl::Status s = DecodeInputBytes(in, f, *t, DTypeFromKServe(t->datatype()).value_or(DType::kInvalid),
                                           binary, &offset, bytes);
         !s.ok()) {
       return s;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
+#include "proto/dtype/dtype_map.h"
 #include "server/metrics/http_listener.h"
 #include "server/service/kserve_codec.h"
 #include "server/service/rest_call.h"
