@@ -53,7 +53,15 @@ ABSL_FLAG(std::string, optimize, "auto",
           "Graph optimization: none, freeze, full or auto; always verified at load");
 ABSL_FLAG(int64_t, max_batch_size, 32, "Most rows in one model batch");
 ABSL_FLAG(absl::Duration, max_queue_delay, absl::Milliseconds(2),
-          "Longest wait of the oldest queued request for its batch to fill (e.g. 2ms)");
+          "Longest wait of the oldest queued request for its batch to fill (e.g. 2ms); "
+          "with --batching=adaptive the upper bound of the wait");
+ABSL_FLAG(std::string, batching, "adaptive",
+          "Batch closing policy: adaptive (close a partial batch as soon as waiting is "
+          "not expected to pay, from the measured arrival rate and batch cost; "
+          "--max_queue_delay bounds the wait) or fixed (wait --max_queue_delay in full)");
+ABSL_FLAG(int64_t, max_request_rows, 0,
+          "Most rows one request may have; one of more than --max_batch_size rows is "
+          "split into batches and reassembled. 0 = --max_queue_size");
 ABSL_FLAG(std::vector<std::string>, allowed_batch_sizes, {},
           "Batch sizes batches are padded to, ascending, last = max_batch_size "
           "(e.g. 1,2,4,8,16,32); empty: no padding");
@@ -255,8 +263,16 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   so.memory_quota_bytes = absl::GetFlag(FLAGS_memory_quota_bytes);
   so.batching.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   so.batching.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
+  if (const std::string b = absl::GetFlag(FLAGS_batching); b == "adaptive" || b == "fixed") {
+    so.batching.policy = b == "adaptive" ? metalserve::BatchingPolicy::kAdaptive
+                                         : metalserve::BatchingPolicy::kFixed;
+  } else {
+    LOG(ERROR) << "flags: --batching must be adaptive or fixed, got '" << b << "'";
+    std::exit(2);
+  }
   so.batching.allowed_batch_sizes = ParseSizes(absl::GetFlag(FLAGS_allowed_batch_sizes));
   so.batching.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
+  so.batching.max_request_rows = absl::GetFlag(FLAGS_max_request_rows);
   so.batching.num_executors = absl::GetFlag(FLAGS_executors);
   so.device_concurrency = absl::GetFlag(FLAGS_device_concurrency);
   so.version = version;
@@ -308,9 +324,11 @@ void LogStart(const std::string& version, const metalserve::RuntimeOptions& ro,
             << " device=" << ro.device << " threads=" << ro.threads
             << " precision=" << ro.precision << " optimize=" << ro.optimize
             << " max_batch_size=" << so.batching.max_batch_size
+            << " batching=" << metalserve::BatchingPolicyName(so.batching.policy)
             << " max_queue_delay=" << absl::FormatDuration(so.batching.max_queue_delay)
             << " allowed_batch_sizes=[" << absl::StrJoin(so.batching.allowed_batch_sizes, ",")
             << "] max_queue_size=" << so.batching.max_queue_size
+            << " max_request_rows=" << so.batching.MaxRequestRows()
             << " executors=" << so.batching.num_executors
             << " address=" << so.address << " metrics_address=" << mo.listen_address
             << " access_log=" << absl::GetFlag(FLAGS_access_log);

@@ -14,8 +14,13 @@ absl::string_view CloseReasonName(CloseReason reason) {
     case CloseReason::kDelayExpired: return "delay_expired";
     case CloseReason::kNoDelay: return "no_delay";
     case CloseReason::kDraining: return "draining";
+    case CloseReason::kNoGain: return "no_gain";
   }
   return "unknown";
+}
+
+absl::string_view BatchingPolicyName(BatchingPolicy policy) {
+  return policy == BatchingPolicy::kAdaptive ? "adaptive" : "fixed";
 }
 
 absl::Status BatcherOptions::Validate() const {
@@ -32,6 +37,11 @@ absl::Status BatcherOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue_size (", max_queue_size,
                      " rows) must be >= max_batch_size (", max_batch_size, ")"));
+  }
+  if (max_request_rows < 0 || max_request_rows > max_queue_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_request_rows must be in [0, max_queue_size = ", max_queue_size,
+        "] (0: max_queue_size), got ", max_request_rows));
   }
   if (num_executors < 1) {
     return absl::InvalidArgumentError(
@@ -62,25 +72,71 @@ int64_t BatcherOptions::PaddedRows(int64_t rows) const {
   return rows;
 }
 
-BatchQueue::BatchQueue(BatcherOptions options) : options_(std::move(options)) {}
+BatchQueue::BatchQueue(BatcherOptions options) : options_(std::move(options)) {
+  if (options_.policy == BatchingPolicy::kAdaptive) {
+    adaptive_.emplace(options_.max_batch_size, options_.allowed_batch_sizes,
+                      options_.batch_costs);
+  }
+}
+
+void BatchQueue::SetDeviceFreeAt(absl::Time t) {
+  if (adaptive_) adaptive_->SetDeviceFreeAt(t);
+}
+
+void BatchQueue::ObserveBatch(int64_t padded_rows, absl::Duration cost) {
+  if (adaptive_) adaptive_->ObserveBatch(padded_rows, cost);
+}
+
+absl::Duration BatchQueue::EstimatedCost(int64_t rows) const {
+  return adaptive_ ? adaptive_->CostOf(rows) : absl::ZeroDuration();
+}
+
+std::optional<CloseReason> BatchQueue::PartialClose(int64_t rows, absl::Time now,
+                                                    absl::Time delay_expiry,
+                                                    absl::Time* wake_at) const {
+  if (options_.max_queue_delay == absl::ZeroDuration()) return CloseReason::kNoDelay;
+  if (now >= delay_expiry) return CloseReason::kDelayExpired;
+  *wake_at = delay_expiry;
+  if (adaptive_) {
+    const AdaptivePolicy::Decision d = adaptive_->Decide(rows, now, delay_expiry);
+    if (d.close) return CloseReason::kNoGain;
+    *wake_at = std::min(*wake_at, d.reconsider_at);
+  }
+  return std::nullopt;
+}
 
 absl::Status BatchQueue::Admit(std::unique_ptr<BatchTask>* task,
                                absl::Time now) {
   const int64_t rows = (*task)->rows();
-  if (rows > options_.max_batch_size) {
+  if (rows > options_.MaxRequestRows()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "request has ", rows, " rows (batch dimension), more than max_batch_size ",
-        options_.max_batch_size, "; split it into requests of at most ",
-        options_.max_batch_size, " rows"));
+        "request has ", rows, " rows (batch dimension), more than max_request_rows ",
+        options_.MaxRequestRows(), "; send at most ", options_.MaxRequestRows(),
+        " rows per request"));
   }
   if (queued_rows_ + rows > options_.max_queue_size) {
     return absl::UnavailableError(absl::StrCat(
         "queue is full: ", queued_rows_, " of ", options_.max_queue_size,
         " rows waiting, request has ", rows, "; retry later"));
   }
-  (*task)->enqueue_time = now;
-  queued_rows_ += rows;
-  tasks_.push_back(std::move(*task));
+  std::vector<std::unique_ptr<BatchTask>> pieces;
+  if (rows > options_.max_batch_size) {
+    pieces = (*task)->Split(options_.max_batch_size, task);
+    if (pieces.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request has ", rows, " rows (batch dimension), more than max_batch_size ",
+          options_.max_batch_size, ", and cannot be split; send at most ",
+          options_.max_batch_size, " rows per request"));
+    }
+  } else {
+    pieces.push_back(std::move(*task));
+  }
+  if (adaptive_) adaptive_->OnArrival(now, rows);
+  for (auto& piece : pieces) {
+    piece->enqueue_time = now;
+    queued_rows_ += piece->rows();
+    tasks_.push_back(std::move(piece));
+  }
   return absl::OkStatus();
 }
 
@@ -140,18 +196,17 @@ BatchQueue::PollResult BatchQueue::Poll(absl::Time now, bool draining) {
   const absl::Time delay_expiry =
       tasks_.front()->enqueue_time + options_.max_queue_delay;
   std::optional<CloseReason> reason;
+  absl::Time wake_at = absl::InfiniteFuture();
   if (full) {
     reason = CloseReason::kFull;
   } else if (draining) {
     reason = CloseReason::kDraining;
-  } else if (options_.max_queue_delay == absl::ZeroDuration()) {
-    reason = CloseReason::kNoDelay;
-  } else if (now >= delay_expiry) {
-    reason = CloseReason::kDelayExpired;
+  } else {
+    reason = PartialClose(rows, now, delay_expiry, &wake_at);
   }
 
   if (!reason.has_value()) {
-    result.wake_at = delay_expiry;
+    result.wake_at = wake_at;
     for (const auto& t : tasks_) {
       result.wake_at = std::min(result.wake_at, t->deadline());
     }

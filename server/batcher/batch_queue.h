@@ -10,8 +10,13 @@
 //    that key does not fit); when max_queue_delay has passed since the oldest
 //    task was admitted; immediately when max_queue_delay is zero; and
 //    immediately while draining.
-//  * Otherwise Poll says when to look again: the oldest task's delay expiry
-//    or the earliest deadline, whichever is first.
+//  * With policy kAdaptive, it also closes before the delay expires as soon
+//    as waiting is not expected to pay (reason kNoGain): the rule, its
+//    formula and why are in adaptive_policy.h. max_queue_delay stays the
+//    bound.
+//  * Otherwise Poll says when to look again: the oldest task's delay expiry,
+//    the earliest deadline or when the adaptive policy reconsiders, whichever
+//    is first.
 //
 // The batcher calls Poll only when an executor is free, so a batch is formed
 // when it can run, never earlier.
@@ -29,11 +34,22 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/batcher/adaptive_policy.h"
 #include "server/batcher/batch_task.h"
 
 namespace metalserve {
 
+// How a partial batch is closed before max_queue_delay: kFixed never (it
+// waits the whole delay), kAdaptive when waiting no longer pays.
+enum class BatchingPolicy { kFixed, kAdaptive };
+absl::string_view BatchingPolicyName(BatchingPolicy policy);
+
 struct BatcherOptions {
+  // Default kFixed here (metalserve's --batching flag defaults to adaptive).
+  BatchingPolicy policy = BatchingPolicy::kFixed;
+  // Measured cost of a batch per size (the runtime's warm-up), seeding the
+  // adaptive policy's cost curve; refined from every batch. May be empty.
+  std::vector<BatchCostPoint> batch_costs;
   // Most rows in one model batch. Default 32.
   int64_t max_batch_size = 32;
   // Longest time the oldest waiting task waits for others to join its batch.
@@ -48,8 +64,18 @@ struct BatcherOptions {
   int64_t max_queue_size = 1024;
   // Executor threads forming and processing batches. Default 1.
   int num_executors = 1;
+  // Most rows one request may have. A request with more than max_batch_size
+  // rows (and at most this many) is split into pieces of max_batch_size rows
+  // that run in as many batches as needed (BatchTask::Split); above it the
+  // request is refused with INVALID_ARGUMENT. 0: max_queue_size. At most
+  // max_queue_size.
+  int64_t max_request_rows = 0;
 
   absl::Status Validate() const;
+  // max_request_rows, or max_queue_size when 0.
+  int64_t MaxRequestRows() const {
+    return max_request_rows > 0 ? max_request_rows : max_queue_size;
+  }
   // Rows a batch of `rows` is padded to.
   int64_t PaddedRows(int64_t rows) const;
 };
@@ -72,8 +98,10 @@ class BatchQueue {
   explicit BatchQueue(BatcherOptions options);
 
   // Admits `*task` at `now` (taking ownership) or refuses it, leaving it with
-  // the caller: INVALID_ARGUMENT when it alone exceeds max_batch_size,
-  // UNAVAILABLE when the queue is full.
+  // the caller: INVALID_ARGUMENT when it has more than max_request_rows rows
+  // (or more than max_batch_size and cannot be split), UNAVAILABLE when the
+  // queue has no room for all its rows. A task of more than max_batch_size
+  // rows is admitted as its pieces (BatchTask::Split), all at once.
   absl::Status Admit(std::unique_ptr<BatchTask>* task, absl::Time now);
 
   struct PollResult {
@@ -85,6 +113,15 @@ class BatchQueue {
   };
   PollResult Poll(absl::Time now, bool draining);
 
+  // Adaptive policy inputs (ignored under kFixed): when the batches handed to
+  // the device are expected to be done, and the measured cost of one that
+  // ran at `padded_rows`.
+  void SetDeviceFreeAt(absl::Time t);
+  void ObserveBatch(int64_t padded_rows, absl::Duration cost);
+  // Estimated cost of a batch of `rows`; zero under kFixed.
+  absl::Duration EstimatedCost(int64_t rows) const;
+  const AdaptivePolicy* adaptive() const { return adaptive_ ? &*adaptive_ : nullptr; }
+
   int64_t queued_rows() const { return queued_rows_; }
   bool empty() const { return tasks_.empty(); }
   const BatcherOptions& options() const { return options_; }
@@ -92,7 +129,12 @@ class BatchQueue {
  private:
   void RemoveDead(absl::Time now, PollResult* result);
 
+  // Whether a partial batch of `rows` (not full, not draining) closes now.
+  std::optional<CloseReason> PartialClose(int64_t rows, absl::Time now,
+                                          absl::Time delay_expiry, absl::Time* wake_at) const;
+
   const BatcherOptions options_;
+  std::optional<AdaptivePolicy> adaptive_;
   std::deque<std::unique_ptr<BatchTask>> tasks_;
   int64_t queued_rows_ = 0;
 };

@@ -37,6 +37,19 @@ class BatchTask {
   // batcher lock held.
   virtual void Abort(const absl::Status& status) = 0;
 
+  // Splits `*self` (this task) into pieces of at most `piece_rows` rows, in
+  // row order, and moves it into them: the pieces run in batches like any
+  // task, and the task is answered once, when every piece is done (its rows
+  // reassembled in order) or at the first piece that fails or is aborted
+  // (with that piece's status; the other pieces are then dropped: they
+  // report IsCancelled and their answers are ignored). Every piece has this
+  // task's batch key and deadline, so the deadline covers all of them.
+  // Default: the task cannot be split; returns nothing and keeps `*self`.
+  virtual std::vector<std::unique_ptr<BatchTask>> Split(
+      int64_t /*piece_rows*/, std::unique_ptr<BatchTask>* /*self*/) {
+    return {};
+  }
+
   // Set by the batcher when the task is admitted.
   absl::Time enqueue_time;
 };
@@ -47,6 +60,7 @@ enum class CloseReason {
   kDelayExpired,  // max_queue_delay passed since the oldest task arrived
   kNoDelay,       // executor free, max_queue_delay is zero: take what waits
   kDraining,      // shutting down: run what was accepted without waiting
+  kNoGain,        // adaptive: waiting for more rows is not expected to pay
 };
 absl::string_view CloseReasonName(CloseReason reason);
 

@@ -80,6 +80,23 @@ void Batcher::Shutdown() {
   executors_.clear();
 }
 
+void Batcher::BatchStarted(int64_t padded_rows, absl::Time now) {
+  ++in_flight_;
+  device_free_at_ = std::max(device_free_at_, now) + queue_.EstimatedCost(padded_rows);
+  queue_.SetDeviceFreeAt(device_free_at_);
+}
+
+void Batcher::BatchDone(int64_t padded_rows, absl::Time start, absl::Time end) {
+  // With batches overlapping, the device's share of this one is the time
+  // since the previous batch ended (a device runs one batch at a time).
+  queue_.ObserveBatch(padded_rows, end - std::max(start, last_batch_end_));
+  last_batch_end_ = std::max(last_batch_end_, end);
+  if (--in_flight_ == 0) {
+    device_free_at_ = end;
+    queue_.SetDeviceFreeAt(end);
+  }
+}
+
 void Batcher::ExecutorLoop() {
   absl::Time next_idle_call = absl::InfinitePast();  // due at once when idle
   mu_.Lock();
@@ -90,6 +107,8 @@ void Batcher::ExecutorLoop() {
     const bool have_work =
         r.batch.has_value() || !r.expired.empty() || !r.cancelled.empty();
     if (have_work) {
+      const int64_t padded = r.batch.has_value() ? r.batch->padded_rows : 0;
+      if (r.batch.has_value()) BatchStarted(padded, now);
       mu_.Unlock();
       ReportDepth();  // every removal: batch, expiry, cancellation, drain
       AbortAll(r.expired,
@@ -101,6 +120,7 @@ void Batcher::ExecutorLoop() {
       if (r.batch.has_value()) process_(std::move(*r.batch));
       next_idle_call = absl::InfinitePast();
       mu_.Lock();
+      if (padded > 0) BatchDone(padded, now, clock_->TimeNow());
       continue;
     }
     if (stopping_ && queue_.empty()) break;

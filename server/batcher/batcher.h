@@ -13,6 +13,11 @@
 //  * With more than one executor, batch N+1 is formed and its input prepared
 //    while batch N computes (pipelining); the processor bounds concurrent
 //    device work itself.
+//  * Under the adaptive policy the batcher tells the queue when the batches
+//    it handed out are expected to be done (from the cost curve) and, as each
+//    comes back, how long it occupied the device (the time since the
+//    previous one ended, as the device runs one at a time), which refines
+//    the cost curve.
 //  * Latency bound for an admitted task: max_queue_delay plus the time until
 //    an executor is free, plus the batch's compute time.
 //
@@ -84,6 +89,11 @@ class Batcher {
   Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
           IdleFn on_idle, absl::Duration idle_tick, DepthFn on_depth);
   void ExecutorLoop();
+  // The adaptive policy's view of the device: a batch of `padded_rows`
+  // handed to the processor at `now`, and one that came back at `end`.
+  void BatchStarted(int64_t padded_rows, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BatchDone(int64_t padded_rows, absl::Time start, absl::Time end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells on_depth_ the current depth. Call without mu_ held.
   void ReportDepth() ABSL_LOCKS_EXCLUDED(mu_, depth_mu_);
 
@@ -103,6 +113,9 @@ class Batcher {
   // Bumped on every admission or stop, so waiting executors re-poll.
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> queued_rows_{0};
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // batches in the processor
+  absl::Time device_free_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_batch_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   std::vector<std::thread> executors_;
   absl::Mutex shutdown_mu_;

@@ -102,9 +102,15 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
                           m.resident_bytes});
     }
   };
+  BatcherOptions batching = options.batching;
+  if (batching.batch_costs.empty()) {  // seed the cost curve from the warm-up
+    for (const WarmupTiming& w : runner->info().warmup_timings) {
+      batching.batch_costs.push_back({w.batch_size, w.forward});
+    }
+  }
   ASSIGN_OR_RETURN(
       s->batcher_,
-      Batcher::Create(options.batching, clock,
+      Batcher::Create(std::move(batching), clock,
                       [executor](Batch b) { executor->Process(std::move(b)); },
                       on_idle, absl::Seconds(1), on_depth));
   s->service_ = std::make_unique<InferenceService>(
