@@ -100,7 +100,8 @@ AdaptivePolicy::Decision AdaptivePolicy::Decide(int64_t rows, absl::Time now,
   const double f = std::max(0.0, absl::ToDoubleSeconds(device_free_at_ - now));
   const double cn = absl::ToDoubleSeconds(CostOf(rows));
   const double ck = absl::ToDoubleSeconds(CostOf(k_rows));
-  const double cnk = absl::ToDoubleSeconds(CostOf(rows + k_rows));
+  // Measured costs are noisy: a larger batch is never taken as cheaper.
+  const double cnk = std::max(absl::ToDoubleSeconds(CostOf(rows + k_rows)), cn);
   const double close_now = n * (f + cn) + k * (std::max(t, f + cn) + ck);
   const double wait = (n + k) * (std::max(t, f) + cnk);
   if (wait >= close_now) return d;

@@ -20,8 +20,10 @@
 //   F    time until the device is free: max(0, device_free_at - now), where
 //        device_free_at is the estimated end of the batches already handed to
 //        the device (the batcher tells it; 0 when nothing runs),
-//   c(m) estimated cost of a batch of m rows (after padding): the device and
-//        executor time one batch occupies (see BatchCostModel).
+//   c(m) estimated cost of a batch of m rows (after padding): the device time
+//        of one batch, timed at warm-up for each warm-up size and refined
+//        from every batch's run (see BatchCostModel). Answering requests is
+//        not in it: that is paid per request, batched or not.
 // Summing the completion times, counted from now, of the n waiting rows and
 // the k expected rows:
 //   close now:  A = n * (F + c(n)) + k * (max(tau, F + c(n)) + c(k))
@@ -119,6 +121,7 @@ class AdaptivePolicy {
     costs_.Observe(padded_rows, cost);
   }
   void SetDeviceFreeAt(absl::Time t) { device_free_at_ = t; }
+  absl::Time device_free_at() const { return device_free_at_; }
 
   // Whether a batch of `rows` should close at `now`; `delay_expiry` is when
   // its oldest row's max_queue_delay ends (the bound). See the file comment.

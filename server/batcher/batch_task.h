@@ -33,6 +33,9 @@ class BatchTask {
   virtual absl::Time deadline() const { return absl::InfiniteFuture(); }
   // True once the caller has cancelled or gone away.
   virtual bool IsCancelled() const { return false; }
+  // Priority level asked for: 1 = highest; 0 = none (the queue's default
+  // level). Checked against the queue's range at admission.
+  virtual int priority() const { return 0; }
   // Answers the task without running it. Called at most once, never with a
   // batcher lock held.
   virtual void Abort(const absl::Status& status) = 0;
@@ -50,8 +53,19 @@ class BatchTask {
     return {};
   }
 
-  // Set by the batcher when the task is admitted.
+  // Set by the batcher when the task is admitted: when, at which priority
+  // level, and the level's default timeout as a deadline (InfiniteFuture
+  // when the level has none).
   absl::Time enqueue_time;
+  int priority_level = 1;
+  absl::Time level_deadline = absl::InfiniteFuture();
+
+  // The deadline the batcher enforces: the caller's or the level's, the
+  // earlier.
+  absl::Time EffectiveDeadline() const {
+    const absl::Time d = deadline();
+    return d < level_deadline ? d : level_deadline;
+  }
 };
 
 // Why a batch was closed.

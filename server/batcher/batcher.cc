@@ -86,11 +86,12 @@ void Batcher::BatchStarted(int64_t padded_rows, absl::Time now) {
   queue_.SetDeviceFreeAt(device_free_at_);
 }
 
-void Batcher::BatchDone(int64_t padded_rows, absl::Time start, absl::Time end) {
-  // With batches overlapping, the device's share of this one is the time
-  // since the previous batch ended (a device runs one batch at a time).
-  queue_.ObserveBatch(padded_rows, end - std::max(start, last_batch_end_));
-  last_batch_end_ = std::max(last_batch_end_, end);
+void Batcher::ObserveBatchCost(int64_t padded_rows, absl::Duration cost) {
+  absl::MutexLock l(&mu_);
+  queue_.ObserveBatch(padded_rows, cost);
+}
+
+void Batcher::BatchDone(absl::Time end) {
   if (--in_flight_ == 0) {
     device_free_at_ = end;
     queue_.SetDeviceFreeAt(end);
@@ -120,7 +121,7 @@ void Batcher::ExecutorLoop() {
       if (r.batch.has_value()) process_(std::move(*r.batch));
       next_idle_call = absl::InfinitePast();
       mu_.Lock();
-      if (padded > 0) BatchDone(padded, now, clock_->TimeNow());
+      if (padded > 0) BatchDone(clock_->TimeNow());
       continue;
     }
     if (stopping_ && queue_.empty()) break;

@@ -14,10 +14,9 @@
 //    while batch N computes (pipelining); the processor bounds concurrent
 //    device work itself.
 //  * Under the adaptive policy the batcher tells the queue when the batches
-//    it handed out are expected to be done (from the cost curve) and, as each
-//    comes back, how long it occupied the device (the time since the
-//    previous one ended, as the device runs one at a time), which refines
-//    the cost curve.
+//    it handed out are expected to be done (from the cost curve), and the
+//    processor reports how long each occupied the device
+//    (ObserveBatchCost), which refines the cost curve.
 //  * Latency bound for an admitted task: max_queue_delay plus the time until
 //    an executor is free, plus the batch's compute time.
 //
@@ -81,6 +80,12 @@ class Batcher {
   // joins the executors. Idempotent.
   void Shutdown();
 
+  // The adaptive policy's cost curve learns that a batch of `padded_rows`
+  // occupied the device for `cost` (the processor measures it: the model's
+  // run, not the requests' answering, which batching does not amortise).
+  // Thread-safe; a no-op under the fixed policy.
+  void ObserveBatchCost(int64_t padded_rows, absl::Duration cost) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Rows waiting in the queue (not yet in a batch).
   int64_t queued_rows() const { return queued_rows_.load(std::memory_order_relaxed); }
   const BatcherOptions& options() const { return options_; }
@@ -92,8 +97,7 @@ class Batcher {
   // The adaptive policy's view of the device: a batch of `padded_rows`
   // handed to the processor at `now`, and one that came back at `end`.
   void BatchStarted(int64_t padded_rows, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void BatchDone(int64_t padded_rows, absl::Time start, absl::Time end)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BatchDone(absl::Time end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells on_depth_ the current depth. Call without mu_ held.
   void ReportDepth() ABSL_LOCKS_EXCLUDED(mu_, depth_mu_);
 
@@ -115,7 +119,6 @@ class Batcher {
   std::atomic<int64_t> queued_rows_{0};
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // batches in the processor
   absl::Time device_free_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::Time last_batch_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   std::vector<std::thread> executors_;
   absl::Mutex shutdown_mu_;

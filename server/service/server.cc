@@ -89,6 +89,11 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   s->executor_ = std::make_unique<BatchExecutor>(
       runner, options.batching, options.device_concurrency, metrics, clock);
   BatchExecutor* executor = s->executor_.get();
+  // Each model run refines the adaptive policy's cost curve. Set before the
+  // batcher's threads start; the server owns both.
+  executor->set_on_cost([server = s.get()](int64_t rows, absl::Duration cost) {
+    server->batcher_->ObserveBatchCost(rows, cost);
+  });
   // The queue depth gauge follows every change of the queue: arrivals,
   // batches, expiries, cancellations and the drain.
   auto on_depth = [metrics](int64_t rows) {
