@@ -300,8 +300,10 @@ TEST_F(KServeTest, BadInputsNameTheField) {
                      "inputs[0] ('input').shape[1] = 5"});
   }
   {
-    ModelInferRequest r = RawRequest(9, 0);
-    cases.push_back({"too many rows", r, grpc::StatusCode::INVALID_ARGUMENT, "9"});
+    // Above max_request_rows (max_queue_size, 1024); 9 rows would be split.
+    ModelInferRequest r = RawRequest(1025, 0);
+    cases.push_back({"too many rows", r, grpc::StatusCode::INVALID_ARGUMENT,
+                     "1025 rows (batch dimension), more than max_request_rows 1024"});
   }
   {
     ModelInferRequest r = RawRequest(1, 0);
