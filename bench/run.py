@@ -252,6 +252,9 @@ def main():
     p.add_argument("--policies", default="",
                    help="compare batching policies instead (e.g. " + policies.DEFAULT +
                         "); see bench/policies.py")
+    p.add_argument("--rates", default="",
+                   help="with --policies: open-loop Poisson rates (requests/s) instead of "
+                        "--sweep concurrency levels")
     p.add_argument("--port", type=int, default=0,
                    help="base port on 127.0.0.1: the batched server listens on PORT, "
                         "the unbatched one on PORT+1 (default 0: free ports)")
@@ -273,7 +276,7 @@ def main():
     os.makedirs(a.workdir, exist_ok=True)
     command = " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
     if a.policies:
-        policies.compare(a, Server, sweep, host_info, command)
+        policies.compare(a, Server, sweep, host_info, command, run)
         return
 
     print(f"[1/4] server with batching (max_batch_size={a.max_batch_size})", file=sys.stderr)
