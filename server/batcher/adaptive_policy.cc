@@ -68,6 +68,27 @@ absl::Duration BatchCostModel::Cost(int64_t rows) const {
   return absl::Seconds(cost_s_[below] + f * (cost_s_[above] - cost_s_[below]));
 }
 
+absl::Time DeviceLoad::Started(absl::Time now, absl::Duration cost) {
+  ++in_flight_;
+  in_flight_cost_ += cost;
+  free_at_ = std::max(free_at_, now) + cost;
+  return free_at_;
+}
+
+absl::Time DeviceLoad::Done(absl::Time end, absl::Duration cost) {
+  --in_flight_;
+  in_flight_cost_ -= cost;
+  if (in_flight_ <= 0) {
+    in_flight_ = 0;
+    in_flight_cost_ = absl::ZeroDuration();
+    free_at_ = end;
+  } else {
+    // What is still in flight is done at the latest its whole cost from now.
+    free_at_ = std::min(free_at_, end + in_flight_cost_);
+  }
+  return free_at_;
+}
+
 AdaptivePolicy::AdaptivePolicy(int64_t max_batch_size,
                                std::vector<int64_t> allowed_batch_sizes,
                                const std::vector<BatchCostPoint>& seed)

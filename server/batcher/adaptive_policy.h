@@ -104,6 +104,27 @@ class BatchCostModel {
   std::vector<double> cost_s_;  // by rows; < 0: not measured
 };
 
+// When the device is expected to be free: the batches handed to it run one
+// after another, each for its estimated cost. A batch that comes back takes
+// its estimate with it, so the figure never drifts ahead of the work still
+// in flight (before this, a device kept busy by two executors never
+// reached "nothing in flight", its free time ran away into the future, and
+// the policy waited the whole delay while the latency target refused
+// everything).
+class DeviceLoad {
+ public:
+  // A batch estimated at `cost` was handed to the device at `now`.
+  absl::Time Started(absl::Time now, absl::Duration cost);
+  // A batch estimated at `cost` came back at `end`.
+  absl::Time Done(absl::Time end, absl::Duration cost);
+  absl::Time free_at() const { return free_at_; }
+
+ private:
+  int in_flight_ = 0;
+  absl::Duration in_flight_cost_;
+  absl::Time free_at_ = absl::InfinitePast();
+};
+
 class AdaptivePolicy {
  public:
   struct Decision {

@@ -80,10 +80,10 @@ void Batcher::Shutdown() {
   executors_.clear();
 }
 
-void Batcher::BatchStarted(int64_t padded_rows, absl::Time now) {
-  ++in_flight_;
-  device_free_at_ = std::max(device_free_at_, now) + queue_.EstimatedCost(padded_rows);
-  queue_.SetDeviceFreeAt(device_free_at_);
+absl::Duration Batcher::BatchStarted(int64_t padded_rows, absl::Time now) {
+  const absl::Duration cost = queue_.EstimatedCost(padded_rows);
+  queue_.SetDeviceFreeAt(device_load_.Started(now, cost));
+  return cost;
 }
 
 void Batcher::ObserveBatchCost(int64_t padded_rows, absl::Duration cost) {
@@ -91,11 +91,8 @@ void Batcher::ObserveBatchCost(int64_t padded_rows, absl::Duration cost) {
   queue_.ObserveBatch(padded_rows, cost);
 }
 
-void Batcher::BatchDone(absl::Time end) {
-  if (--in_flight_ == 0) {
-    device_free_at_ = end;
-    queue_.SetDeviceFreeAt(end);
-  }
+void Batcher::BatchDone(absl::Duration cost, absl::Time end) {
+  queue_.SetDeviceFreeAt(device_load_.Done(end, cost));
 }
 
 void Batcher::ExecutorLoop() {
@@ -108,8 +105,9 @@ void Batcher::ExecutorLoop() {
     const bool have_work =
         r.batch.has_value() || !r.expired.empty() || !r.cancelled.empty();
     if (have_work) {
-      const int64_t padded = r.batch.has_value() ? r.batch->padded_rows : 0;
-      if (r.batch.has_value()) BatchStarted(padded, now);
+      const bool ran = r.batch.has_value();
+      const absl::Duration cost =
+          ran ? BatchStarted(r.batch->padded_rows, now) : absl::ZeroDuration();
       mu_.Unlock();
       ReportDepth();  // every removal: batch, expiry, cancellation, drain
       AbortAll(r.expired,
@@ -121,7 +119,7 @@ void Batcher::ExecutorLoop() {
       if (r.batch.has_value()) process_(std::move(*r.batch));
       next_idle_call = absl::InfinitePast();
       mu_.Lock();
-      if (padded > 0) BatchDone(clock_->TimeNow());
+      if (ran) BatchDone(cost, clock_->TimeNow());
       continue;
     }
     if (stopping_ && queue_.empty()) break;

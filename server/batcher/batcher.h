@@ -96,8 +96,10 @@ class Batcher {
   void ExecutorLoop();
   // The adaptive policy's view of the device: a batch of `padded_rows`
   // handed to the processor at `now`, and one that came back at `end`.
-  void BatchStarted(int64_t padded_rows, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void BatchDone(absl::Time end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BatchStarted returns the batch's estimated cost, for BatchDone.
+  absl::Duration BatchStarted(int64_t padded_rows, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BatchDone(absl::Duration cost, absl::Time end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells on_depth_ the current depth. Call without mu_ held.
   void ReportDepth() ABSL_LOCKS_EXCLUDED(mu_, depth_mu_);
 
@@ -117,8 +119,7 @@ class Batcher {
   // Bumped on every admission or stop, so waiting executors re-poll.
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> queued_rows_{0};
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // batches in the processor
-  absl::Time device_free_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  DeviceLoad device_load_ ABSL_GUARDED_BY(mu_);  // batches in the processor
 
   std::vector<std::thread> executors_;
   absl::Mutex shutdown_mu_;

@@ -187,6 +187,23 @@ TEST(AdaptivePolicyTest, NoCostFiguresMeansNoWait) {
   EXPECT_EQ(r.batch->reason, CloseReason::kNoGain);
 }
 
+TEST(DeviceLoadTest, FreeTimeStaysWithinTheWorkInFlightUnderSustainedLoad) {
+  // Two executors keep the device busy: a batch always in flight, each
+  // estimated at 1 ms, each really done in 0.5 ms.
+  DeviceLoad load;
+  const absl::Duration cost = absl::Milliseconds(1);
+  absl::Time t = kT0;
+  load.Started(t, cost);
+  for (int i = 0; i < 1000; ++i) {
+    load.Started(t, cost);
+    t += 500 * kUs;
+    load.Done(t, cost);
+    ASSERT_LE(load.free_at(), t + cost) << "after " << i << " batches";
+  }
+  load.Done(t, cost);
+  EXPECT_EQ(load.free_at(), t);
+}
+
 TEST(BatchCostModelTest, InterpolatesBetweenWarmUpSizesAndLearnsFromBatches) {
   BatchCostModel m(32);
   m.Seed({{1, absl::Milliseconds(1)}, {32, absl::Milliseconds(32)}});
