@@ -193,7 +193,14 @@ absl::Status BatchQueue::Admit(std::unique_ptr<BatchTask>* task,
   RETURN_IF_ERROR(CheckCompletionEstimate(**task, now));
   std::vector<std::unique_ptr<BatchTask>> pieces;
   if (rows > options_.max_batch_size) {
-    pieces = (*task)->Split(options_.max_batch_size, task);
+    // The first piece fills the room the queued rows of its shape leave in
+    // the batch it will join (the others are whole batches).
+    int64_t same_shape = 0;
+    for (const auto& t : tasks_) {
+      if (t->batch_key() == (*task)->batch_key()) same_shape += t->rows();
+    }
+    const int64_t room = options_.max_batch_size - same_shape % options_.max_batch_size;
+    pieces = (*task)->Split(room, options_.max_batch_size, task);
     if (pieces.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request has ", rows, " rows (batch dimension), more than max_batch_size ",

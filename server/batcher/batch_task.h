@@ -40,16 +40,18 @@ class BatchTask {
   // batcher lock held.
   virtual void Abort(const absl::Status& status) = 0;
 
-  // Splits `*self` (this task) into pieces of at most `piece_rows` rows, in
-  // row order, and moves it into them: the pieces run in batches like any
-  // task, and the task is answered once, when every piece is done (its rows
-  // reassembled in order) or at the first piece that fails or is aborted
-  // (with that piece's status; the other pieces are then dropped: they
-  // report IsCancelled and their answers are ignored). Every piece has this
-  // task's batch key and deadline, so the deadline covers all of them.
-  // Default: the task cannot be split; returns nothing and keeps `*self`.
+  // Splits `*self` (this task) into pieces, in row order: the first of at
+  // most `first_rows` rows (so that it fills the room left in the batch it
+  // joins), the others of at most `piece_rows`, and moves the task into
+  // them: the pieces run in batches like any task, and the task is answered
+  // once, when every piece is done (its rows reassembled in order) or at the
+  // first piece that fails or is aborted (with that piece's status; the
+  // other pieces are then dropped: they report IsCancelled and their
+  // answers are ignored). Every piece has this task's batch key and
+  // deadline, so the deadline covers all of them. Default: the task cannot
+  // be split; returns nothing and keeps `*self`.
   virtual std::vector<std::unique_ptr<BatchTask>> Split(
-      int64_t /*piece_rows*/, std::unique_ptr<BatchTask>* /*self*/) {
+      int64_t /*first_rows*/, int64_t /*piece_rows*/, std::unique_ptr<BatchTask>* /*self*/) {
     return {};
   }
 

@@ -120,19 +120,23 @@ class PieceTask final : public InferTask {
 
 }  // namespace
 
-std::vector<std::unique_ptr<BatchTask>> InferTask::Split(int64_t piece_rows,
+std::vector<std::unique_ptr<BatchTask>> InferTask::Split(int64_t first_rows, int64_t piece_rows,
                                                          std::unique_ptr<BatchTask>* self) {
   const int64_t total = rows();
-  if (piece_rows < 1 || total <= piece_rows || self->get() != this) return {};
-  const size_t n = static_cast<size_t>((total + piece_rows - 1) / piece_rows);
+  if (piece_rows < 1 || first_rows < 1 || self->get() != this) return {};
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // first row, rows
+  for (int64_t first = 0; first < total;) {
+    const int64_t n = std::min(ranges.empty() ? first_rows : piece_rows, total - first);
+    ranges.emplace_back(first, n);
+    first += n;
+  }
+  if (ranges.size() < 2) return {};
   auto state = std::make_shared<SplitState>(
-      std::unique_ptr<InferTask>(static_cast<InferTask*>(self->release())), n);
+      std::unique_ptr<InferTask>(static_cast<InferTask*>(self->release())), ranges.size());
   std::vector<std::unique_ptr<BatchTask>> pieces;
-  pieces.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t first = static_cast<int64_t>(i) * piece_rows;
-    pieces.push_back(std::make_unique<PieceTask>(state, i, first,
-                                                 std::min(piece_rows, total - first)));
+  pieces.reserve(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    pieces.push_back(std::make_unique<PieceTask>(state, i, ranges[i].first, ranges[i].second));
   }
   return pieces;
 }

@@ -135,6 +135,21 @@ TEST_F(SplitTaskTest, LastPieceSharesABatchWithTheNextRequest) {
   EXPECT_THAT(big->shape, ElementsAre(6, kWidth));
 }
 
+TEST_F(SplitTaskTest, FirstPieceFillsTheRoomLeftInTheBatchItJoins) {
+  BatchQueue q(options_);
+  auto small = Submit(q, 2);
+  auto big = Submit(q, 14);  // pieces of 2, 4, 4 and 4 rows
+  while (RunNext(q)) {
+  }
+  EXPECT_THAT(runner_.batch_rows(), ElementsAre(4, 4, 4, 4));
+  EXPECT_THAT(small->status, IsOk());
+  ASSERT_THAT(big->status, IsOk());
+  EXPECT_EQ(big->answers, 1);
+  for (int64_t i = 0; i < 14 * kWidth; ++i) {
+    ASSERT_EQ(big->values[i], 2.0f * static_cast<float>(i / kWidth)) << "value " << i;
+  }
+}
+
 TEST_F(SplitTaskTest, FailingPieceFailsTheRequestOnceAndTheRestAreDropped) {
   BatchQueue q(options_);
   auto answer = Submit(q, 12, absl::InfiniteFuture(), /*poison_row=*/5);
