@@ -43,6 +43,36 @@ def plot(path):
     return out
 
 
+def plot_policies(path):
+    """bench/run.py --policies output: p99 against throughput, one line per
+    policy."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    r = json.load(open(path))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for policy, rows in r["policies"].items():
+        xs = [p["latency_us"]["p99"] / 1e3 for p in rows]
+        ys = [p["requests_per_s"] for p in rows]
+        ax.plot(xs, ys, "o-", label=policy)
+        for p, x, y in zip(rows, xs, ys):
+            ax.annotate(f"c={p['concurrency']}", (x, y), textcoords="offset points",
+                        xytext=(3, 3), fontsize=6)
+    ax.set_xscale("log")
+    ax.set_xlabel("p99 latency (ms)")
+    ax.set_ylabel("throughput (requests/s)")
+    ax.set_title(f"{r['model']} on {r['device']}: batching policies, {r['machine']['date']}",
+                 fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    out = os.path.splitext(path)[0] + ".png"
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+    return out
+
+
 if __name__ == "__main__":
     for p in sys.argv[1:]:
-        plot(p)
+        plot_policies(p) if "policies" in json.load(open(p)) else plot(p)

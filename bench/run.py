@@ -74,7 +74,7 @@ def raw_forward(a, level):
 class Server:
     """build/metalserve on a free loopback port, metrics dumped to a file."""
 
-    def __init__(self, a, max_batch, allowed, tag, port=0):
+    def __init__(self, a, max_batch, allowed, tag, port=0, extra=()):
         self.port = port or free_port()
         self.dump = os.path.join(a.workdir, f"metrics-{tag}.prom")
         self.log = open(os.path.join(a.workdir, f"server-{tag}.log"), "w")
@@ -87,6 +87,7 @@ class Server:
                f"--max_queue_size={max(1024, 4 * max(a.sweep_levels))}",
                f"--executors={a.executors}", f"--device_concurrency={a.device_concurrency}",
                "--monitor_log_interval=0"]
+        cmd += list(extra)  # later flags win: a policy's --max_queue_delay
         if a.channels_last:
             cmd.append("--channels_last")
         if allowed:
@@ -266,6 +267,12 @@ def main():
     p.add_argument("--bench_args", default="", help="extra metalserve-bench flags")
     p.add_argument("--start_timeout", type=float, default=300)
     p.add_argument("--tag", default="")
+    p.add_argument("--policies", default="",
+                   help="compare batching policies instead (e.g. " + policies.DEFAULT +
+                        "); see bench/policies.py")
+    p.add_argument("--rates", default="",
+                   help="with --policies: open-loop Poisson rates (requests/s) instead of "
+                        "--sweep concurrency levels")
     p.add_argument("--port", type=int, default=0,
                    help="base port on 127.0.0.1: the batched server listens on PORT, "
                         "the unbatched one on PORT+1 (default 0: free ports)")
@@ -288,6 +295,9 @@ def main():
     a.workdir = os.path.join(a.out, ".work")
     os.makedirs(a.workdir, exist_ok=True)
     command = " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    if a.policies:
+        policies.compare(a, Server, sweep, host_info, command, run)
+        return
 
     print(f"[1/4] server with batching (max_batch_size={a.max_batch_size})", file=sys.stderr)
     s = Server(a, a.max_batch_size, a.allowed_batch_sizes, "batched", a.port)
@@ -386,4 +396,5 @@ def print_table(r):
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import policies  # bench/policies.py
     main()

@@ -70,7 +70,33 @@ ABSL_FLAG(std::string, optimize, "auto",
           "Graph optimization: none, freeze, full or auto; always verified at load");
 ABSL_FLAG(int64_t, max_batch_size, 32, "Most rows in one model batch");
 ABSL_FLAG(absl::Duration, max_queue_delay, absl::Milliseconds(2),
-          "Longest wait of the oldest queued request for its batch to fill (e.g. 2ms)");
+          "Longest wait of the oldest queued request for its batch to fill (e.g. 2ms); "
+          "with --batching=adaptive the upper bound of the wait");
+ABSL_FLAG(std::string, batching, "adaptive",
+          "Batch closing policy: adaptive (close a partial batch as soon as waiting is "
+          "not expected to pay, from the measured arrival rate and batch cost; "
+          "--max_queue_delay bounds the wait) or fixed (wait --max_queue_delay in full)");
+ABSL_FLAG(absl::Duration, latency_target, absl::ZeroDuration(),
+          "End-to-end latency target (e.g. 20ms); 0 = none. Batches are sized and closed to "
+          "meet it and a request estimated to finish after it (or its deadline) is refused "
+          "at once with DEADLINE_EXCEEDED; below the measured batch-1 cost: start-up error");
+ABSL_FLAG(int, priority_levels, 1,
+          "Priority levels a request may ask for, 1 = highest (native field priority, "
+          "KServe parameters[\"priority\"]); out of range: INVALID_ARGUMENT");
+ABSL_FLAG(int, default_priority, 0,
+          "Level of a request that asks for none; 0 = the lowest (--priority_levels)");
+ABSL_FLAG(std::vector<std::string>, priority_queue_rows, {},
+          "Per level (first = level 1), most rows of that level waiting; 0 or missing = "
+          "only --max_queue_size bounds it (e.g. 64,0,0)");
+ABSL_FLAG(std::vector<std::string>, priority_timeout, {},
+          "Per level (first = level 1), how long a request of that level without an earlier "
+          "deadline may wait (e.g. 50ms,1s); 0 or missing = no limit");
+ABSL_FLAG(int, priority_share_every, 4,
+          "Starvation bound: while lower priorities wait they head at least one batch in "
+          "every N (>= 2)");
+ABSL_FLAG(int64_t, max_request_rows, 0,
+          "Most rows one request may have; one of more than --max_batch_size rows is "
+          "split into batches and reassembled. 0 = --max_queue_size");
 ABSL_FLAG(std::vector<std::string>, allowed_batch_sizes, {},
           "Batch sizes batches are padded to, ascending, last = max_batch_size "
           "(e.g. 1,2,4,8,16,32); empty: no padding");
@@ -148,13 +174,14 @@ void DumpMetrics(const metalserve::Metrics& metrics, const std::string& path) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
-std::vector<int64_t> ParseSizes(const std::vector<std::string>& items) {
+std::vector<int64_t> ParseSizes(const std::vector<std::string>& items,
+                                absl::string_view flag = "--allowed_batch_sizes") {
   std::vector<int64_t> out;
   for (const std::string& s : items) {
     if (s.empty()) continue;
     int64_t v;
     if (!absl::SimpleAtoi(s, &v)) {
-      LOG(ERROR) << "--allowed_batch_sizes: '" << s << "' is not an integer";
+      LOG(ERROR) << flag << ": '" << s << "' is not an integer";
       std::exit(2);
     }
     out.push_back(v);
@@ -175,6 +202,43 @@ void KeepLargeBlocksInHeap() {
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 32 << 20);
   if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif
+}
+
+std::vector<absl::Duration> ParseDurations(const std::vector<std::string>& items,
+                                           absl::string_view flag) {
+  std::vector<absl::Duration> out;
+  for (const std::string& s : items) {
+    absl::Duration d;
+    if (s == "0") {
+      d = absl::ZeroDuration();
+    } else if (!absl::ParseDuration(s, &d)) {
+      LOG(ERROR) << flag << ": '" << s << "' is not a duration (e.g. 50ms)";
+      std::exit(2);
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
+// The scheduling policy's flags: --batching, --max_request_rows,
+// --latency_target, priorities.
+void SchedulingFromFlags(metalserve::BatcherOptions* b) {
+  if (const std::string p = absl::GetFlag(FLAGS_batching); p == "adaptive" || p == "fixed") {
+    b->policy = p == "adaptive" ? metalserve::BatchingPolicy::kAdaptive
+                                : metalserve::BatchingPolicy::kFixed;
+  } else {
+    LOG(ERROR) << "flags: --batching must be adaptive or fixed, got '" << p << "'";
+    std::exit(2);
+  }
+  b->max_request_rows = absl::GetFlag(FLAGS_max_request_rows);
+  b->latency_target = absl::GetFlag(FLAGS_latency_target);
+  b->priority_levels = absl::GetFlag(FLAGS_priority_levels);
+  b->default_priority = absl::GetFlag(FLAGS_default_priority);
+  b->priority_queue_rows =
+      ParseSizes(absl::GetFlag(FLAGS_priority_queue_rows), "--priority_queue_rows");
+  b->priority_timeouts =
+      ParseDurations(absl::GetFlag(FLAGS_priority_timeout), "--priority_timeout");
+  b->lower_priority_share_every = absl::GetFlag(FLAGS_priority_share_every);
 }
 
 // Installed before anything slow (the model load), so that SIGTERM/SIGINT
@@ -313,6 +377,7 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   so.batching.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
   so.batching.allowed_batch_sizes = ParseSizes(absl::GetFlag(FLAGS_allowed_batch_sizes));
   so.batching.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
+  SchedulingFromFlags(&so.batching);
   so.batching.num_executors = absl::GetFlag(FLAGS_executors);
   so.device_concurrency = absl::GetFlag(FLAGS_device_concurrency);
   so.version = version;
@@ -367,9 +432,13 @@ void LogStart(const std::string& version, const metalserve::RuntimeOptions& ro,
             << " device=" << ro.device << " threads=" << ro.threads
             << " precision=" << ro.precision << " optimize=" << ro.optimize
             << " max_batch_size=" << so.batching.max_batch_size
+            << " batching=" << metalserve::BatchingPolicyName(so.batching.policy)
             << " max_queue_delay=" << absl::FormatDuration(so.batching.max_queue_delay)
             << " allowed_batch_sizes=[" << absl::StrJoin(so.batching.allowed_batch_sizes, ",")
             << "] max_queue_size=" << so.batching.max_queue_size
+            << " max_request_rows=" << so.batching.MaxRequestRows()
+            << " priority_levels=" << so.batching.priority_levels
+            << " latency_target=" << absl::FormatDuration(so.batching.latency_target)
             << " executors=" << so.batching.num_executors
             << " address=" << so.address << " http_address=" << so.http.address
             << " metrics_address=" << mo.listen_address

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace metalserve {
 
@@ -14,8 +15,78 @@ absl::string_view CloseReasonName(CloseReason reason) {
     case CloseReason::kDelayExpired: return "delay_expired";
     case CloseReason::kNoDelay: return "no_delay";
     case CloseReason::kDraining: return "draining";
+    case CloseReason::kNoGain: return "no_gain";
   }
   return "unknown";
+}
+
+absl::string_view BatchingPolicyName(BatchingPolicy policy) {
+  return policy == BatchingPolicy::kAdaptive ? "adaptive" : "fixed";
+}
+
+namespace {
+
+absl::Status ValidatePriorities(const BatcherOptions& o) {
+  if (o.priority_levels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("priority_levels must be >= 1, got ", o.priority_levels));
+  }
+  if (o.default_priority < 0 || o.default_priority > o.priority_levels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "default_priority must be in [1, priority_levels = ", o.priority_levels,
+        "] (0: the lowest), got ", o.default_priority));
+  }
+  if (o.priority_queue_rows.size() > static_cast<size_t>(o.priority_levels) ||
+      o.priority_timeouts.size() > static_cast<size_t>(o.priority_levels)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "priority_queue_rows and priority_timeouts take at most one entry per level (",
+        o.priority_levels, "), got ", o.priority_queue_rows.size(), " and ",
+        o.priority_timeouts.size()));
+  }
+  for (int64_t rows : o.priority_queue_rows) {
+    if (rows < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("priority_queue_rows entries must be >= 0, got ", rows));
+    }
+  }
+  for (absl::Duration d : o.priority_timeouts) {
+    if (d < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "priority_timeouts entries must be >= 0, got ", absl::FormatDuration(d)));
+    }
+  }
+  if (o.latency_target < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "latency_target must be >= 0, got ", absl::FormatDuration(o.latency_target)));
+  }
+  if (o.latency_target > absl::ZeroDuration() && !o.batch_costs.empty()) {
+    const BatchCostPoint& smallest = *std::min_element(
+        o.batch_costs.begin(), o.batch_costs.end(),
+        [](const BatchCostPoint& a, const BatchCostPoint& b) { return a.rows < b.rows; });
+    if (o.latency_target < smallest.cost) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "latency_target ", absl::FormatDuration(o.latency_target),
+          " is below the measured cost of a batch of ", smallest.rows, " (",
+          absl::FormatDuration(smallest.cost), "): no request could meet it"));
+    }
+  }
+  if (o.lower_priority_share_every < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lower_priority_share_every must be >= 2, got ", o.lower_priority_share_every));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> BatcherOptions::LevelOf(int priority) const {
+  if (priority == 0) return default_priority > 0 ? default_priority : priority_levels;
+  if (priority < 1 || priority > priority_levels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "priority ", priority, " is out of range [1, ", priority_levels,
+        "] (1 = highest; 0 or unset = the default level)"));
+  }
+  return priority;
 }
 
 absl::Status BatcherOptions::Validate() const {
@@ -33,6 +104,12 @@ absl::Status BatcherOptions::Validate() const {
         absl::StrCat("max_queue_size (", max_queue_size,
                      " rows) must be >= max_batch_size (", max_batch_size, ")"));
   }
+  if (max_request_rows < 0 || max_request_rows > max_queue_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_request_rows must be in [0, max_queue_size = ", max_queue_size,
+        "] (0: max_queue_size), got ", max_request_rows));
+  }
+  RETURN_IF_ERROR(ValidatePriorities(*this));
   if (num_executors < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_executors must be >= 1, got ", num_executors));
@@ -62,25 +139,140 @@ int64_t BatcherOptions::PaddedRows(int64_t rows) const {
   return rows;
 }
 
-BatchQueue::BatchQueue(BatcherOptions options) : options_(std::move(options)) {}
+BatchQueue::BatchQueue(BatcherOptions options)
+    : options_(std::move(options)),
+      level_rows_(static_cast<size_t>(std::max(options_.priority_levels, 1)), 0) {
+  if (options_.policy == BatchingPolicy::kAdaptive ||
+      options_.latency_target > absl::ZeroDuration()) {
+    adaptive_.emplace(options_.max_batch_size, options_.allowed_batch_sizes,
+                      options_.batch_costs);
+  }
+}
+
+void BatchQueue::SetDeviceFreeAt(absl::Time t) {
+  if (adaptive_) adaptive_->SetDeviceFreeAt(t);
+}
+
+void BatchQueue::ObserveBatch(int64_t padded_rows, absl::Duration cost) {
+  if (adaptive_) adaptive_->ObserveBatch(padded_rows, cost);
+}
+
+absl::Duration BatchQueue::EstimatedCost(int64_t rows) const {
+  return adaptive_ ? adaptive_->CostOf(rows) : absl::ZeroDuration();
+}
+
+std::optional<CloseReason> BatchQueue::PartialClose(int64_t rows, absl::Time now,
+                                                    absl::Time delay_expiry,
+                                                    absl::Time* wake_at) const {
+  if (options_.max_queue_delay == absl::ZeroDuration()) return CloseReason::kNoDelay;
+  if (now >= delay_expiry) return CloseReason::kDelayExpired;
+  *wake_at = delay_expiry;
+  if (adaptive_ && options_.policy == BatchingPolicy::kAdaptive) {
+    const AdaptivePolicy::Decision d = adaptive_->Decide(rows, now, delay_expiry);
+    if (d.close) return CloseReason::kNoGain;
+    *wake_at = std::min(*wake_at, d.reconsider_at);
+  }
+  return std::nullopt;
+}
 
 absl::Status BatchQueue::Admit(std::unique_ptr<BatchTask>* task,
                                absl::Time now) {
   const int64_t rows = (*task)->rows();
-  if (rows > options_.max_batch_size) {
+  if (rows > options_.MaxRequestRows()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "request has ", rows, " rows (batch dimension), more than max_batch_size ",
-        options_.max_batch_size, "; split it into requests of at most ",
-        options_.max_batch_size, " rows"));
+        "request has ", rows, " rows (batch dimension), more than max_request_rows ",
+        options_.MaxRequestRows(), "; send at most ", options_.MaxRequestRows(),
+        " rows per request"));
   }
   if (queued_rows_ + rows > options_.max_queue_size) {
     return absl::UnavailableError(absl::StrCat(
         "queue is full: ", queued_rows_, " of ", options_.max_queue_size,
         " rows waiting, request has ", rows, "; retry later"));
   }
-  (*task)->enqueue_time = now;
-  queued_rows_ += rows;
-  tasks_.push_back(std::move(*task));
+  RETURN_IF_ERROR(AdmitAtLevel(task->get(), now));
+  RETURN_IF_ERROR(CheckCompletionEstimate(**task, now));
+  std::vector<std::unique_ptr<BatchTask>> pieces;
+  if (rows > options_.max_batch_size) {
+    // The first piece fills the room the queued rows of its shape leave in
+    // the batch it will join (the others are whole batches).
+    int64_t same_shape = 0;
+    for (const auto& t : tasks_) {
+      if (t->batch_key() == (*task)->batch_key()) same_shape += t->rows();
+    }
+    const int64_t room = options_.max_batch_size - same_shape % options_.max_batch_size;
+    pieces = (*task)->Split(room, options_.max_batch_size, task);
+    if (pieces.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request has ", rows, " rows (batch dimension), more than max_batch_size ",
+          options_.max_batch_size, ", and cannot be split; send at most ",
+          options_.max_batch_size, " rows per request"));
+    }
+  } else {
+    pieces.push_back(std::move(*task));
+  }
+  if (adaptive_) adaptive_->OnArrival(now, rows);
+  const int level = pieces.front()->priority_level;
+  const absl::Time level_deadline = pieces.front()->level_deadline;
+  level_rows_[level - 1] += rows;
+  for (auto& piece : pieces) {
+    piece->enqueue_time = now;
+    piece->priority_level = level;
+    piece->level_deadline = level_deadline;
+    queued_rows_ += piece->rows();
+    tasks_.push_back(std::move(piece));
+  }
+  return absl::OkStatus();
+}
+
+int64_t BatchQueue::MaxRows() const {
+  if (options_.latency_target <= absl::ZeroDuration() || !adaptive_) {
+    return options_.max_batch_size;
+  }
+  int64_t lo = 1, hi = options_.max_batch_size;  // cost is taken as rising
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (2 * adaptive_->CostOf(mid) <= options_.latency_target) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Time now) const {
+  if (options_.latency_target <= absl::ZeroDuration() || !adaptive_) return absl::OkStatus();
+  int64_t ahead = 0;
+  for (int l = 1; l <= task.priority_level; ++l) ahead += level_rows_[l - 1];
+  const int64_t cap = MaxRows();
+  const int64_t total = ahead + task.rows();
+  const absl::Duration busy = std::max(adaptive_->device_free_at() - now, absl::ZeroDuration());
+  const absl::Duration estimate = busy + (total / cap) * adaptive_->CostOf(cap) +
+                                  (total % cap > 0 ? adaptive_->CostOf(total % cap) : absl::ZeroDuration());
+  const absl::Time deadline = std::min(task.EffectiveDeadline(), now + options_.latency_target);
+  if (now + estimate <= deadline) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(
+      "refused at once: estimated to finish in ", absl::FormatDuration(estimate),
+      " (device busy ", absl::FormatDuration(busy), ", ", ahead,
+      " rows queued ahead at priority <= ", task.priority_level, ", batches of up to ", cap,
+      " rows at ", absl::FormatDuration(adaptive_->CostOf(cap)), "), after its deadline in ",
+      absl::FormatDuration(deadline - now), " (latency_target ",
+      absl::FormatDuration(options_.latency_target), ")"));
+}
+
+absl::Status BatchQueue::AdmitAtLevel(BatchTask* task, absl::Time now) {
+  ASSIGN_OR_RETURN(const int level, options_.LevelOf(task->priority()));
+  const size_t i = static_cast<size_t>(level - 1);
+  const int64_t bound = i < options_.priority_queue_rows.size() ? options_.priority_queue_rows[i] : 0;
+  if (bound > 0 && level_rows_[i] + task->rows() > bound) {
+    return absl::UnavailableError(absl::StrCat(
+        "queue of priority ", level, " is full: ", level_rows_[i], " of ", bound,
+        " rows waiting, request has ", task->rows(), "; retry later"));
+  }
+  const absl::Duration timeout =
+      i < options_.priority_timeouts.size() ? options_.priority_timeouts[i] : absl::ZeroDuration();
+  task->priority_level = level;
+  task->level_deadline = timeout > absl::ZeroDuration() ? now + timeout : absl::InfiniteFuture();
   return absl::OkStatus();
 }
 
@@ -90,8 +282,8 @@ BatchQueue::Liveness BatchQueue::LivenessOf(const BatchTask& task,
   // before the server-side deadline (which counts from when the call
   // arrived): a cancellation that close to the deadline is the deadline's.
   const bool cancelled = task.IsCancelled();
-  if (task.deadline() <= now ||
-      (cancelled && task.deadline() - now <= kDeadlineSkew)) {
+  const absl::Time deadline = task.EffectiveDeadline();
+  if (deadline <= now || (cancelled && deadline - now <= kDeadlineSkew)) {
     return Liveness::kExpired;
   }
   return cancelled ? Liveness::kCancelled : Liveness::kLive;
@@ -107,10 +299,90 @@ void BatchQueue::RemoveDead(absl::Time now, PollResult* result) {
       continue;
     }
     queued_rows_ -= (*it)->rows();
+    level_rows_[(*it)->priority_level - 1] -= (*it)->rows();
     (liveness == Liveness::kExpired ? result->expired : result->cancelled)
         .push_back(std::move(*it));
   }
   tasks_.erase(keep, tasks_.end());
+}
+
+size_t BatchQueue::HeadIndex() const {
+  size_t best = 0;
+  for (size_t i = 1; i < tasks_.size(); ++i) {
+    if (tasks_[i]->priority_level < tasks_[best]->priority_level) best = i;
+  }
+  // tasks_ is in arrival order: index 0 is the oldest. Passed over too often:
+  // the oldest heads this batch whatever its level.
+  if (best != 0 && passed_over_ >= options_.lower_priority_share_every - 1) return 0;
+  return best;
+}
+
+std::vector<size_t> BatchQueue::Pick(size_t head, int64_t* rows, bool* full) const {
+  const absl::string_view key = tasks_[head]->batch_key();
+  std::vector<size_t> order;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    if (i != head && tasks_[i]->batch_key() == key) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [this](size_t a, size_t b) {
+    return tasks_[a]->priority_level < tasks_[b]->priority_level;
+  });
+  order.insert(order.begin(), head);
+  std::vector<size_t> picked;
+  // A split piece has max_batch_size rows: under a smaller cap it runs alone.
+  const int64_t cap = std::max(MaxRows(), tasks_[head]->rows());
+  *rows = 0;
+  *full = false;
+  for (size_t i : order) {
+    if (*rows + tasks_[i]->rows() > cap) {
+      *full = true;
+      break;
+    }
+    *rows += tasks_[i]->rows();
+    picked.push_back(i);
+    if (*rows >= cap) {
+      *full = true;
+      break;
+    }
+  }
+  return picked;
+}
+
+Batch BatchQueue::TakeBatch(const std::vector<size_t>& picked, int64_t rows) {
+  // Passed over: an older task of a lower level than the head stays behind.
+  const BatchTask& head = *tasks_[picked.front()];
+  bool passed = false;
+  for (size_t i = 0; i < picked.front() && !passed; ++i) {
+    passed = tasks_[i]->priority_level > head.priority_level &&
+             std::find(picked.begin(), picked.end(), i) == picked.end();
+  }
+  passed_over_ = passed ? passed_over_ + 1 : 0;
+  Batch batch;
+  batch.rows = rows;
+  batch.padded_rows = options_.PaddedRows(rows);
+  batch.tasks.reserve(picked.size());
+  for (size_t i : picked) {
+    level_rows_[tasks_[i]->priority_level - 1] -= tasks_[i]->rows();
+    batch.tasks.push_back(std::move(tasks_[i]));
+  }
+  // Erase the moved-from slots, keeping the others' order.
+  tasks_.erase(std::remove(tasks_.begin(), tasks_.end(), nullptr), tasks_.end());
+  queued_rows_ -= rows;
+  return batch;
+}
+
+std::optional<CloseReason> BatchQueue::Consider(size_t head, absl::Time now, bool draining,
+                                               Candidate* c, absl::Time* wake_at) const {
+  bool full = false;
+  c->picked = Pick(head, &c->rows, &full);
+  absl::Time oldest = absl::InfiniteFuture();
+  for (size_t i : c->picked) oldest = std::min(oldest, tasks_[i]->enqueue_time);
+  if (full) return CloseReason::kFull;
+  if (draining) return CloseReason::kDraining;
+  absl::Time expiry = oldest + options_.max_queue_delay;
+  if (options_.latency_target > absl::ZeroDuration()) {
+    expiry = std::min(expiry, oldest + options_.latency_target - 2 * EstimatedCost(c->rows));
+  }
+  return PartialClose(c->rows, now, expiry, wake_at);
 }
 
 BatchQueue::PollResult BatchQueue::Poll(absl::Time now, bool draining) {
@@ -118,56 +390,29 @@ BatchQueue::PollResult BatchQueue::Poll(absl::Time now, bool draining) {
   RemoveDead(now, &result);
   if (tasks_.empty()) return result;
 
-  const absl::string_view key = tasks_.front()->batch_key();
-  int64_t rows = 0;
-  bool full = false;
-  std::vector<size_t> picked;
-  for (size_t i = 0; i < tasks_.size(); ++i) {
-    const BatchTask& t = *tasks_[i];
-    if (t.batch_key() != key) continue;
-    if (rows + t.rows() > options_.max_batch_size) {
-      full = true;
-      break;
-    }
-    rows += t.rows();
-    picked.push_back(i);
-    if (rows == options_.max_batch_size) {
-      full = true;
-      break;
-    }
+  Candidate c;
+  absl::Time wake_at = absl::InfiniteFuture();
+  const size_t head = HeadIndex();
+  std::optional<CloseReason> reason = Consider(head, now, draining, &c, &wake_at);
+  if (!reason.has_value() && head != 0) {
+    // The favoured batch is still forming: rather than leave the device idle,
+    // run the oldest task's batch if that one is due.
+    Candidate oldest;
+    absl::Time oldest_wake = absl::InfiniteFuture();
+    reason = Consider(0, now, draining, &oldest, &oldest_wake);
+    if (reason.has_value()) c = std::move(oldest);
+    wake_at = std::min(wake_at, oldest_wake);
   }
-
-  const absl::Time delay_expiry =
-      tasks_.front()->enqueue_time + options_.max_queue_delay;
-  std::optional<CloseReason> reason;
-  if (full) {
-    reason = CloseReason::kFull;
-  } else if (draining) {
-    reason = CloseReason::kDraining;
-  } else if (options_.max_queue_delay == absl::ZeroDuration()) {
-    reason = CloseReason::kNoDelay;
-  } else if (now >= delay_expiry) {
-    reason = CloseReason::kDelayExpired;
-  }
-
   if (!reason.has_value()) {
-    result.wake_at = delay_expiry;
+    result.wake_at = wake_at;
     for (const auto& t : tasks_) {
-      result.wake_at = std::min(result.wake_at, t->deadline());
+      result.wake_at = std::min(result.wake_at, t->EffectiveDeadline());
     }
     return result;
   }
-
-  Batch batch;
+  Batch batch = TakeBatch(c.picked, c.rows);
   batch.reason = *reason;
   batch.formed_at = now;
-  batch.rows = rows;
-  batch.padded_rows = options_.PaddedRows(rows);
-  batch.tasks.reserve(picked.size());
-  for (size_t i : picked) batch.tasks.push_back(std::move(tasks_[i]));
-  // Erase the moved-from slots, keeping the others' order.
-  tasks_.erase(std::remove(tasks_.begin(), tasks_.end(), nullptr), tasks_.end());
-  queued_rows_ -= rows;
   result.batch = std::move(batch);
   return result;
 }

@@ -4,14 +4,38 @@
 // what is due at `now`: tasks whose deadline passed or whose caller left
 // (to be aborted), and at most one batch when one should close:
 //
-//  * The batch is built from the oldest task's key, taking the tasks of that
-//    key in arrival order while their rows fit in max_batch_size.
+//  * The batch is headed by the oldest task of the highest priority level
+//    waiting (1 = highest) and built from that task's key: the head first,
+//    then the other tasks of that key by level and arrival while their rows
+//    fit in max_batch_size. A higher-priority request therefore never waits
+//    behind the forming of a lower-priority batch: it heads the next batch,
+//    and lower-level rows of its shape fill the room it leaves.
+//  * Starvation bound (the guaranteed share): when a batch is formed while an
+//    older task of a lower level waits, the lower level has been passed
+//    over; after lower_priority_share_every - 1 such batches in a row, the
+//    next batch is headed by the oldest waiting task whatever its level. So
+//    while lower levels wait they head at least one batch in every
+//    lower_priority_share_every.
+//  * The delay counts from the oldest task picked for the batch.
+//  * While the favoured batch is still forming (not due), the batch of the
+//    oldest task runs instead if that one is due (full or past its delay),
+//    so the device does not sit idle; batches are not pre-empted, so a
+//    higher-priority request can still wait for a running batch.
 //  * It closes at once when full (max_batch_size reached, or the next task of
 //    that key does not fit); when max_queue_delay has passed since the oldest
 //    task was admitted; immediately when max_queue_delay is zero; and
 //    immediately while draining.
-//  * Otherwise Poll says when to look again: the oldest task's delay expiry
-//    or the earliest deadline, whichever is first.
+//  * With policy kAdaptive, it also closes before the delay expires as soon
+//    as waiting is not expected to pay (reason kNoGain): the rule, its
+//    formula and why are in adaptive_policy.h. max_queue_delay stays the
+//    bound.
+//  * With a latency_target: see BatcherOptions::latency_target. The estimate
+//    of a request's completion at admission: the device's remaining work
+//    (SetDeviceFreeAt), then the rows queued at its level or higher and its
+//    own, in batches of the capped size, each at the cost curve's figure.
+//  * Otherwise Poll says when to look again: the oldest task's delay expiry,
+//    the earliest deadline or when the adaptive policy reconsiders, whichever
+//    is first.
 //
 // The batcher calls Poll only when an executor is free, so a batch is formed
 // when it can run, never earlier.
@@ -29,11 +53,22 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/batcher/adaptive_policy.h"
 #include "server/batcher/batch_task.h"
 
 namespace metalserve {
 
+// How a partial batch is closed before max_queue_delay: kFixed never (it
+// waits the whole delay), kAdaptive when waiting no longer pays.
+enum class BatchingPolicy { kFixed, kAdaptive };
+absl::string_view BatchingPolicyName(BatchingPolicy policy);
+
 struct BatcherOptions {
+  // Default kFixed here (metalserve's --batching flag defaults to adaptive).
+  BatchingPolicy policy = BatchingPolicy::kFixed;
+  // Measured cost of a batch per size (the runtime's warm-up), seeding the
+  // adaptive policy's cost curve; refined from every batch. May be empty.
+  std::vector<BatchCostPoint> batch_costs;
   // Most rows in one model batch. Default 32.
   int64_t max_batch_size = 32;
   // Longest time the oldest waiting task waits for others to join its batch.
@@ -48,8 +83,45 @@ struct BatcherOptions {
   int64_t max_queue_size = 1024;
   // Executor threads forming and processing batches. Default 1.
   int num_executors = 1;
+  // Priority levels, 1 = highest. Default 1 (no priorities).
+  int priority_levels = 1;
+  // Level of a request that asks for none; 0: the lowest (priority_levels).
+  int default_priority = 0;
+  // Per level (index 0 = level 1; missing entries are 0): most rows of that
+  // level waiting, beyond which its requests are refused with UNAVAILABLE;
+  // 0: only max_queue_size bounds it.
+  std::vector<int64_t> priority_queue_rows;
+  // Per level (index 0 = level 1; missing entries are 0): how long a request
+  // of that level may wait when its caller set no earlier deadline; 0: no
+  // limit of its own.
+  std::vector<absl::Duration> priority_timeouts;
+  // End-to-end latency target; 0: none. When set (needs batch_costs or
+  // measured batches; see the file comment): batches are capped at the
+  // largest size whose cost fits half the target, a partial batch closes by
+  // its oldest row's arrival + target - 2 x its cost (its own run and one
+  // batch possibly ahead of it), and a request whose estimated completion is
+  // after its deadline or arrival + target is refused at once with
+  // DEADLINE_EXCEEDED giving the estimate. A target below the measured
+  // batch-1 cost is INVALID_ARGUMENT naming that cost.
+  absl::Duration latency_target = absl::ZeroDuration();
+  // The starvation bound (see above). Default 4: lower levels head at least
+  // a quarter of the batches while they wait. >= 2.
+  int lower_priority_share_every = 4;
+  // Most rows one request may have. A request with more than max_batch_size
+  // rows (and at most this many) is split into pieces of max_batch_size rows
+  // that run in as many batches as needed (BatchTask::Split); above it the
+  // request is refused with INVALID_ARGUMENT. 0: max_queue_size. At most
+  // max_queue_size.
+  int64_t max_request_rows = 0;
 
   absl::Status Validate() const;
+  // The level a request asking for `priority` (0: none) gets, or
+  // INVALID_ARGUMENT naming the range.
+  absl::StatusOr<int> LevelOf(int priority) const;
+  // max_request_rows, or max_queue_size when 0.
+  int64_t MaxRequestRows() const {
+    return max_request_rows > 0 ? max_request_rows : max_queue_size;
+  }
   // Rows a batch of `rows` is padded to.
   int64_t PaddedRows(int64_t rows) const;
 };
@@ -72,8 +144,10 @@ class BatchQueue {
   explicit BatchQueue(BatcherOptions options);
 
   // Admits `*task` at `now` (taking ownership) or refuses it, leaving it with
-  // the caller: INVALID_ARGUMENT when it alone exceeds max_batch_size,
-  // UNAVAILABLE when the queue is full.
+  // the caller: INVALID_ARGUMENT when it has more than max_request_rows rows
+  // (or more than max_batch_size and cannot be split), UNAVAILABLE when the
+  // queue has no room for all its rows. A task of more than max_batch_size
+  // rows is admitted as its pieces (BatchTask::Split), all at once.
   absl::Status Admit(std::unique_ptr<BatchTask>* task, absl::Time now);
 
   struct PollResult {
@@ -85,16 +159,58 @@ class BatchQueue {
   };
   PollResult Poll(absl::Time now, bool draining);
 
+  // Adaptive policy inputs (ignored under kFixed): when the batches handed to
+  // the device are expected to be done, and the measured cost of one that
+  // ran at `padded_rows`.
+  void SetDeviceFreeAt(absl::Time t);
+  void ObserveBatch(int64_t padded_rows, absl::Duration cost);
+  // Estimated cost of a batch of `rows`; zero under kFixed.
+  absl::Duration EstimatedCost(int64_t rows) const;
+  const AdaptivePolicy* adaptive() const { return adaptive_ ? &*adaptive_ : nullptr; }
+
   int64_t queued_rows() const { return queued_rows_; }
+  // Rows of priority `level` waiting.
+  int64_t queued_rows_at(int level) const { return level_rows_.at(level - 1); }
   bool empty() const { return tasks_.empty(); }
   const BatcherOptions& options() const { return options_; }
 
  private:
   void RemoveDead(absl::Time now, PollResult* result);
+  // Largest batch: max_batch_size, or under a latency target the largest
+  // size whose cost is at most half the target (at least 1).
+  int64_t MaxRows() const;
+  // Under a latency target: DEADLINE_EXCEEDED with the estimate when `task`
+  // (level set) cannot finish before its deadline or now + target.
+  absl::Status CheckCompletionEstimate(const BatchTask& task, absl::Time now) const;
+  // Checks the level's own bound and sets the task's level fields.
+  absl::Status AdmitAtLevel(BatchTask* task, absl::Time now);
+  // Index in tasks_ of the task that heads the next batch.
+  size_t HeadIndex() const;
+  // The head and the tasks of its key that join it, in batch order; `full`
+  // says the batch cannot take more.
+  std::vector<size_t> Pick(size_t head, int64_t* rows, bool* full) const;
+  // A batch headed by tasks_[head]: why it closes now, or nothing (and
+  // when to look again in `*wake_at`).
+  struct Candidate {
+    std::vector<size_t> picked;
+    int64_t rows = 0;
+  };
+  std::optional<CloseReason> Consider(size_t head, absl::Time now, bool draining,
+                                      Candidate* c, absl::Time* wake_at) const;
+  // Removes `picked` from tasks_ into a batch; updates the starvation count.
+  Batch TakeBatch(const std::vector<size_t>& picked, int64_t rows);
+
+  // Whether a partial batch of `rows` (not full, not draining) closes now.
+  std::optional<CloseReason> PartialClose(int64_t rows, absl::Time now,
+                                          absl::Time delay_expiry, absl::Time* wake_at) const;
 
   const BatcherOptions options_;
+  std::optional<AdaptivePolicy> adaptive_;
   std::deque<std::unique_ptr<BatchTask>> tasks_;
   int64_t queued_rows_ = 0;
+  std::vector<int64_t> level_rows_;  // by level - 1
+  // Batches formed in a row while an older lower-level task waited.
+  int passed_over_ = 0;
 };
 
 }  // namespace metalserve

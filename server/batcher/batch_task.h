@@ -33,12 +33,41 @@ class BatchTask {
   virtual absl::Time deadline() const { return absl::InfiniteFuture(); }
   // True once the caller has cancelled or gone away.
   virtual bool IsCancelled() const { return false; }
+  // Priority level asked for: 1 = highest; 0 = none (the queue's default
+  // level). Checked against the queue's range at admission.
+  virtual int priority() const { return 0; }
   // Answers the task without running it. Called at most once, never with a
   // batcher lock held.
   virtual void Abort(const absl::Status& status) = 0;
 
-  // Set by the batcher when the task is admitted.
+  // Splits `*self` (this task) into pieces, in row order: the first of at
+  // most `first_rows` rows (so that it fills the room left in the batch it
+  // joins), the others of at most `piece_rows`, and moves the task into
+  // them: the pieces run in batches like any task, and the task is answered
+  // once, when every piece is done (its rows reassembled in order) or at the
+  // first piece that fails or is aborted (with that piece's status; the
+  // other pieces are then dropped: they report IsCancelled and their
+  // answers are ignored). Every piece has this task's batch key and
+  // deadline, so the deadline covers all of them. Default: the task cannot
+  // be split; returns nothing and keeps `*self`.
+  virtual std::vector<std::unique_ptr<BatchTask>> Split(
+      int64_t /*first_rows*/, int64_t /*piece_rows*/, std::unique_ptr<BatchTask>* /*self*/) {
+    return {};
+  }
+
+  // Set by the batcher when the task is admitted: when, at which priority
+  // level, and the level's default timeout as a deadline (InfiniteFuture
+  // when the level has none).
   absl::Time enqueue_time;
+  int priority_level = 1;
+  absl::Time level_deadline = absl::InfiniteFuture();
+
+  // The deadline the batcher enforces: the caller's or the level's, the
+  // earlier.
+  absl::Time EffectiveDeadline() const {
+    const absl::Time d = deadline();
+    return d < level_deadline ? d : level_deadline;
+  }
 };
 
 // Why a batch was closed.
@@ -47,6 +76,7 @@ enum class CloseReason {
   kDelayExpired,  // max_queue_delay passed since the oldest task arrived
   kNoDelay,       // executor free, max_queue_delay is zero: take what waits
   kDraining,      // shutting down: run what was accepted without waiting
+  kNoGain,        // adaptive: waiting for more rows is not expected to pay
 };
 absl::string_view CloseReasonName(CloseReason reason);
 

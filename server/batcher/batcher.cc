@@ -80,6 +80,21 @@ void Batcher::Shutdown() {
   executors_.clear();
 }
 
+absl::Duration Batcher::BatchStarted(int64_t padded_rows, absl::Time now) {
+  const absl::Duration cost = queue_.EstimatedCost(padded_rows);
+  queue_.SetDeviceFreeAt(device_load_.Started(now, cost));
+  return cost;
+}
+
+void Batcher::ObserveBatchCost(int64_t padded_rows, absl::Duration cost) {
+  absl::MutexLock l(&mu_);
+  queue_.ObserveBatch(padded_rows, cost);
+}
+
+void Batcher::BatchDone(absl::Duration cost, absl::Time end) {
+  queue_.SetDeviceFreeAt(device_load_.Done(end, cost));
+}
+
 void Batcher::ExecutorLoop() {
   absl::Time next_idle_call = absl::InfinitePast();  // due at once when idle
   mu_.Lock();
@@ -90,6 +105,9 @@ void Batcher::ExecutorLoop() {
     const bool have_work =
         r.batch.has_value() || !r.expired.empty() || !r.cancelled.empty();
     if (have_work) {
+      const bool ran = r.batch.has_value();
+      const absl::Duration cost =
+          ran ? BatchStarted(r.batch->padded_rows, now) : absl::ZeroDuration();
       mu_.Unlock();
       ReportDepth();  // every removal: batch, expiry, cancellation, drain
       AbortAll(r.expired,
@@ -101,6 +119,7 @@ void Batcher::ExecutorLoop() {
       if (r.batch.has_value()) process_(std::move(*r.batch));
       next_idle_call = absl::InfinitePast();
       mu_.Lock();
+      if (ran) BatchDone(cost, clock_->TimeNow());
       continue;
     }
     if (stopping_ && queue_.empty()) break;

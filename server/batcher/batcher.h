@@ -13,6 +13,10 @@
 //  * With more than one executor, batch N+1 is formed and its input prepared
 //    while batch N computes (pipelining); the processor bounds concurrent
 //    device work itself.
+//  * Under the adaptive policy the batcher tells the queue when the batches
+//    it handed out are expected to be done (from the cost curve), and the
+//    processor reports how long each occupied the device
+//    (ObserveBatchCost), which refines the cost curve.
 //  * Latency bound for an admitted task: max_queue_delay plus the time until
 //    an executor is free, plus the batch's compute time.
 //
@@ -76,6 +80,12 @@ class Batcher {
   // joins the executors. Idempotent.
   void Shutdown();
 
+  // The adaptive policy's cost curve learns that a batch of `padded_rows`
+  // occupied the device for `cost` (the processor measures it: the model's
+  // run, not the requests' answering, which batching does not amortise).
+  // Thread-safe; a no-op under the fixed policy.
+  void ObserveBatchCost(int64_t padded_rows, absl::Duration cost) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Rows waiting in the queue (not yet in a batch).
   int64_t queued_rows() const { return queued_rows_.load(std::memory_order_relaxed); }
   const BatcherOptions& options() const { return options_; }
@@ -84,6 +94,12 @@ class Batcher {
   Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
           IdleFn on_idle, absl::Duration idle_tick, DepthFn on_depth);
   void ExecutorLoop();
+  // The adaptive policy's view of the device: a batch of `padded_rows`
+  // handed to the processor at `now`, and one that came back at `end`.
+  // BatchStarted returns the batch's estimated cost, for BatchDone.
+  absl::Duration BatchStarted(int64_t padded_rows, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BatchDone(absl::Duration cost, absl::Time end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells on_depth_ the current depth. Call without mu_ held.
   void ReportDepth() ABSL_LOCKS_EXCLUDED(mu_, depth_mu_);
 
@@ -103,6 +119,7 @@ class Batcher {
   // Bumped on every admission or stop, so waiting executors re-poll.
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> queued_rows_{0};
+  DeviceLoad device_load_ ABSL_GUARDED_BY(mu_);  // batches in the processor
 
   std::vector<std::thread> executors_;
   absl::Mutex shutdown_mu_;

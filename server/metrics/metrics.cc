@@ -89,6 +89,8 @@ class MetricsImpl final : public Metrics {
   void RequestFinished(absl::string_view method, absl::StatusCode code,
                        absl::Duration latency) override;
   void QueueWait(absl::Duration wait) override;
+  void PriorityRequestFinished(int level, absl::StatusCode code,
+                               absl::Duration latency) override;
   void AccessLogLinesDropped(int64_t lines) override {
     server_.access_log_dropped.Increment(static_cast<double>(lines));
   }
@@ -129,6 +131,10 @@ class MetricsImpl final : public Metrics {
   BatchFamilies batches_;
   RuntimeFamilies runtime_;
   ServerFamilies server_;
+  // By priority level; children are added on first use (Family::Add finds an
+  // existing child under the family's own lock).
+  Family<prometheus::Counter>& priority_requests_;
+  Family<prometheus::Histogram>& priority_duration_;
 
   // Guards the series that come and go: memory figures and build info.
   absl::Mutex slow_mu_;
@@ -155,7 +161,17 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
       requests_(*registry_),
       batches_(*registry_, options.queue_capacity_rows),
       runtime_(*registry_),
-      server_(*registry_) {}
+      server_(*registry_),
+      priority_requests_(prometheus::BuildCounter()
+                             .Name("metalserve_priority_requests_total")
+                             .Help("Admitted inference requests by priority level and "
+                                   "gRPC code.")
+                             .Register(*registry_)),
+      priority_duration_(prometheus::BuildHistogram()
+                             .Name("metalserve_priority_request_duration_seconds")
+                             .Help("Latency of admitted inference requests by priority "
+                                   "level.")
+                             .Register(*registry_)) {}
 
 MetricsImpl::~MetricsImpl() {
   listener_.reset();
@@ -207,6 +223,15 @@ void MetricsImpl::RequestFinished(absl::string_view method,
   series.duration->Observe(absl::ToDoubleSeconds(latency));
   requests_.inflight.Decrement();
   monitor_.Record(latency, code);
+}
+
+void MetricsImpl::PriorityRequestFinished(int level, absl::StatusCode code,
+                                          absl::Duration latency) {
+  const std::string l = std::to_string(level);
+  priority_requests_.Add({{"priority", l}, {"code", absl::StatusCodeToString(code)}})
+      .Increment();
+  priority_duration_.Add({{"priority", l}}, metrics_internal::LatencyBuckets())
+      .Observe(absl::ToDoubleSeconds(latency));
 }
 
 void MetricsImpl::QueueWait(absl::Duration wait) {

@@ -130,6 +130,12 @@ class Metrics {
   virtual void RequestFinished(absl::string_view method, absl::StatusCode code,
                                absl::Duration latency) = 0;
   virtual void QueueWait(absl::Duration wait) = 0;
+  // An admitted inference request's outcome by its priority level
+  // (metalserve_priority_requests_total{priority,code} and
+  // metalserve_priority_request_duration_seconds{priority}; levels are
+  // bounded by --priority_levels).
+  virtual void PriorityRequestFinished(int /*level*/, absl::StatusCode /*code*/,
+                                       absl::Duration /*latency*/) {}
   // Lines the access log dropped (its writer fell behind).
   virtual void AccessLogLinesDropped(int64_t lines) = 0;
 

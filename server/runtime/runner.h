@@ -53,6 +53,14 @@ struct BatchedInput {
   }
 };
 
+// How long one forward of a warm-up batch took (the last of its warm-up
+// forwards, once the graph executor has optimised). The batcher's adaptive
+// policy seeds its cost curve from these.
+struct WarmupTiming {
+  int64_t batch_size = 0;
+  absl::Duration forward;
+};
+
 struct ModelInfo {
   std::string name;           // e.g. "resnet18"
   std::string version;        // e.g. "1"
@@ -65,6 +73,7 @@ struct ModelInfo {
   std::vector<TensorSpec> outputs;  // batch dimension is -1
   absl::Duration load_time;
   absl::Duration warmup_time;
+  std::vector<WarmupTiming> warmup_timings;  // one per warm-up batch size
 };
 
 // Memory figures of the device and the process. Fields a device cannot report

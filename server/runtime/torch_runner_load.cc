@@ -188,8 +188,10 @@ absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
   for (int64_t b : batch_sizes) {
     const absl::Time start = clock_->TimeNow();
     for (int i = 0; i < 2; ++i) {
-      const auto out = path_->Forward(*module_, ProbeInputs(*path_, b, 7), compute_dtype_,
-                                      ForwardPurpose::kWarmUp);
+      auto probe = ProbeInputs(*path_, b, 7);
+      const absl::Time forward_start = clock_->TimeNow();
+      const auto out = path_->Forward(*module_, probe, compute_dtype_, ForwardPurpose::kWarmUp);
+      if (i == 1) info_.warmup_timings.push_back({b, clock_->TimeNow() - forward_start});
       if (!out.ok()) {
         return absl::Status(out.status().code(), absl::StrCat("warm-up at batch ", b, ": ",
                                                               out.status().message()));

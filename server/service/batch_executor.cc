@@ -1,5 +1,6 @@
 #include "server/service/batch_executor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,13 @@ void BatchExecutor::AcquireDeviceSlot() {
   --device_slots_;
 }
 
+absl::Duration BatchExecutor::DeviceTime(absl::Time start, absl::Time end) {
+  absl::MutexLock l(&device_mu_);
+  const absl::Duration t = end - std::max(start, last_run_end_);
+  last_run_end_ = std::max(last_run_end_, end);
+  return t;
+}
+
 void BatchExecutor::ReleaseDeviceSlot() {
   absl::MutexLock l(&device_mu_);
   ++device_slots_;
@@ -115,7 +123,10 @@ void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks) {
   const absl::Time run_start = clock_->TimeNow();
   absl::StatusOr<std::vector<Tensor>> out =
       runner_->RunBatch(Pieces(tasks, padded));
-  const absl::Duration took = clock_->TimeNow() - run_start;
+  const absl::Time run_end = clock_->TimeNow();
+  const absl::Duration took = run_end - run_start;
+  const absl::Duration device_time = DeviceTime(run_start, run_end);
+  if (out.ok() && on_cost_) on_cost_(padded, device_time);
 
   if (out.ok()) {
     for (const Tensor& o : *out) {

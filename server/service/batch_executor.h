@@ -48,6 +48,13 @@ class BatchExecutor {
   BatchExecutor(Runner* runner, const BatcherOptions& batching,
                 int device_concurrency, Metrics* metrics, Clock* clock);
 
+  // Told, after every successful model run, its padded rows and how long it
+  // occupied the device: the time from its start, or from the end of the
+  // previous run if that was later (the device runs one batch at a time).
+  // The batcher's adaptive cost curve hangs here. Set before the first batch.
+  using CostFn = std::function<void(int64_t padded_rows, absl::Duration cost)>;
+  void set_on_cost(CostFn on_cost) { on_cost_ = std::move(on_cost); }
+
   // Runs `batch`; every task in it is an InferTask and is answered.
   void Process(Batch batch);
 
@@ -70,8 +77,13 @@ class BatchExecutor {
   Metrics* const metrics_;
   Clock* const clock_;
 
+  // The device time of a run that ended at `end`, having started at `start`.
+  absl::Duration DeviceTime(absl::Time start, absl::Time end) ABSL_LOCKS_EXCLUDED(device_mu_);
+
+  CostFn on_cost_;
   absl::Mutex device_mu_;
   int device_slots_ ABSL_GUARDED_BY(device_mu_);
+  absl::Time last_run_end_ ABSL_GUARDED_BY(device_mu_) = absl::InfinitePast();
   // One "retrying in halves" WARNING a second at most: a poisoned stream of
   // requests logged one line per half (12,336 lines in 15 s, issue 17).
   LogLimiter retry_log_;

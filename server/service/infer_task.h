@@ -12,6 +12,7 @@
 #define METALSERVE_SERVER_SERVICE_INFER_TASK_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,15 @@ class InferTask : public BatchTask {
   // exactly once by the executor (or Abort() by the batcher instead).
   virtual void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
                       const RunStats& stats) = 0;
+
+  // Pieces (the first of at most `first_rows` rows, the others of at most
+  // `piece_rows`) whose inputs are row ranges of this task's (views, no
+  // copy); see BatchTask::Split. When every piece is done
+  // this task is finished with each output's pieces concatenated in row
+  // order, its queue time the longest of the pieces', its compute time their
+  // sum. Defined in split_task.cc; every front end's task inherits it.
+  std::vector<std::unique_ptr<BatchTask>> Split(
+      int64_t first_rows, int64_t piece_rows, std::unique_ptr<BatchTask>* self) override;
 };
 
 // Key under which requests may share a batch: dtype and non-batch dims of

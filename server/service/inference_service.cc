@@ -122,10 +122,12 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
       ValidateInputs(DecodeInputs(*request), info.inputs);
   if (!inputs.ok()) return fail(inputs.status());
 
+  const int predict_priority = request->priority();
   auto predict = std::make_unique<PredictTask>(
       context, reactor, std::move(request), response, *std::move(inputs), runner_,
       metrics_, clock_, start, &cut_off_);
   predict->set_access_log(access_log_, &info);
+  predict->set_priority(predict_priority);
   std::unique_ptr<BatchTask> task = std::move(predict);
   absl::Status admitted = batcher_->Submit(&task);
   if (!admitted.ok()) return fail(admitted);

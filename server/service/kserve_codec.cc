@@ -186,4 +186,25 @@ void EncodeKServeOutputs(std::vector<Tensor>& outputs,
   }
 }
 
+absl::StatusOr<int> KServePriority(const inference::ModelInferRequest& request) {
+  const auto it = request.parameters().find("priority");
+  if (it == request.parameters().end()) return 0;
+  const inference::InferParameter& p = it->second;
+  int64_t value = 0;
+  if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+    value = p.int64_param();
+  } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+    value = p.uint64_param() > static_cast<uint64_t>(INT32_MAX)
+                ? INT64_MAX : static_cast<int64_t>(p.uint64_param());
+  } else {
+    return absl::InvalidArgumentError(
+        "parameters[\"priority\"] must be an int64_param or uint64_param");
+  }
+  if (value < INT32_MIN || value > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters[\"priority\"] = ", value, " is out of range"));
+  }
+  return static_cast<int>(value);
+}
+
 }  // namespace metalserve

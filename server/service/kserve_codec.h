@@ -47,6 +47,11 @@ void EncodeKServeOutputs(std::vector<Tensor>& outputs,
                          const std::vector<size_t>& selected,
                          inference::ModelInferResponse* response);
 
+// The request's parameters["priority"] (an int64 or uint64 parameter, as
+// Triton reads it), 0 when absent; INVALID_ARGUMENT for another type or a
+// value beyond int range. The batcher checks the range.
+absl::StatusOr<int> KServePriority(const inference::ModelInferRequest& request);
+
 }  // namespace metalserve
 
 #endif  // METALSERVE_SERVER_SERVICE_KSERVE_CODEC_H_

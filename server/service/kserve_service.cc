@@ -254,10 +254,13 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   absl::StatusOr<std::vector<size_t>> outputs = SelectKServeOutputs(*request, info.outputs);
   if (!outputs.ok()) return fail(outputs.status());
 
+  absl::StatusOr<int> priority = KServePriority(*request);
+  if (!priority.ok()) return fail(priority.status());
   auto infer = std::make_unique<KServeTask>(
       context, reactor, std::move(request), response, std::move(storage), *std::move(inputs),
       *std::move(outputs), runner_, metrics_, &stats_, clock_, start, &cut_off_);
   infer->set_access_log(access_log_, &info);
+  infer->set_priority(*priority);
   std::unique_ptr<BatchTask> task = std::move(infer);
   absl::Status admitted = batcher_->Submit(&task);
   if (!admitted.ok()) return fail(admitted);

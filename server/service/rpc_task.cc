@@ -55,6 +55,9 @@ void RpcInferTask::Complete(const absl::Status& status, const RunStats& run) {
           ? status
           : absl::Status(seen, "the client gave up on the call before its answer");
   OnComplete(outcome, run, now, now - call_.start);
+  if (call_.metrics != nullptr) {
+    call_.metrics->PriorityRequestFinished(priority_level, seen, now - call_.start);
+  }
   FinishCall(call_, status, seen, rows(), run, now);
 }
 

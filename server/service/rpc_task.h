@@ -108,6 +108,9 @@ class RpcInferTask : public InferTask {
   bool IsCancelled() const override { return call_.context->IsCancelled(); }
   const std::vector<InputView>& inputs() const override { return inputs_; }
   void Abort(const absl::Status& status) override { Complete(status, RunStats{}); }
+  int priority() const override { return priority_; }
+  // The priority the request asked for (0: none); the batcher checks it.
+  void set_priority(int priority) { priority_ = priority; }
 
   // Logs the call to `log` (null: none) under `model`'s name and version
   // when it completes; both must outlive the task.
@@ -132,6 +135,7 @@ class RpcInferTask : public InferTask {
   const absl::Time deadline_;
   Clock* const clock_;
   const std::atomic<bool>* const cut_off_;
+  int priority_ = 0;
 };
 
 }  // namespace metalserve

@@ -108,6 +108,11 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   s->executor_ = std::make_unique<BatchExecutor>(
       runner, options.batching, options.device_concurrency, metrics, clock);
   BatchExecutor* executor = s->executor_.get();
+  // Each model run refines the adaptive policy's cost curve. Set before the
+  // batcher's threads start; the server owns both.
+  executor->set_on_cost([server = s.get()](int64_t rows, absl::Duration cost) {
+    server->batcher_->ObserveBatchCost(rows, cost);
+  });
   // The queue depth gauge follows every change of the queue: arrivals,
   // batches, expiries, cancellations and the drain.
   auto on_depth = [metrics](int64_t rows) {
@@ -121,9 +126,15 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
                           m.resident_bytes});
     }
   };
+  BatcherOptions batching = options.batching;
+  if (batching.batch_costs.empty()) {  // seed the cost curve from the warm-up
+    for (const WarmupTiming& w : runner->info().warmup_timings) {
+      batching.batch_costs.push_back({w.batch_size, w.forward});
+    }
+  }
   ASSIGN_OR_RETURN(
       s->batcher_,
-      Batcher::Create(options.batching, clock,
+      Batcher::Create(std::move(batching), clock,
                       [executor](Batch b) { executor->Process(std::move(b)); },
                       on_idle, absl::Seconds(1), on_depth));
   // Requests read in place keep gRPC's slices, counted in its memory quota:

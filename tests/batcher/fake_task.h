@@ -43,6 +43,8 @@ class FakeTask final : public BatchTask {
       outcome_->answered.Notify();
     }
   }
+  int priority() const override { return priority_; }
+  void set_priority(int priority) { priority_ = priority; }
   int id() const { return id_; }
   TaskOutcome& outcome() { return *outcome_; }
 
@@ -52,7 +54,17 @@ class FakeTask final : public BatchTask {
   std::shared_ptr<TaskOutcome> outcome_;
   absl::Time deadline_;
   int id_;
+  int priority_ = 0;
 };
+
+// A task of `rows` rows asking for `priority`, with its id to tell it apart.
+inline std::unique_ptr<BatchTask> MakePriorityTask(int64_t rows, int priority, int id,
+                                                   std::string key = "f32[3]") {
+  auto t = std::make_unique<FakeTask>(rows, std::move(key), std::make_shared<TaskOutcome>(),
+                                      absl::InfiniteFuture(), id);
+  t->set_priority(priority);
+  return t;
+}
 
 inline std::unique_ptr<BatchTask> MakeTask(
     int64_t rows, std::string key = "f32[3]",

@@ -9,6 +9,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "bench"))
 import run  # noqa: E402  bench/run.py
+import policies  # noqa: E402  bench/policies.py
 
 
 def level(ok, elapsed_s, concurrency=1, error_rate=0.0):
@@ -58,6 +59,33 @@ class RatioWarningsTest(unittest.TestCase):
         s = summary(p99=-1.0)
         s["warnings"] = run.ratio_warnings(s, SOUND, SOUND, SOUND)
         self.assertTrue(run.warned(s, "p99_overhead_ms").startswith("   WARNING: "))
+
+
+def point(c, rps, p50_us):
+    return {"concurrency": c, "requests_per_s": rps, "latency_us": {"p50": p50_us}}
+
+
+class PoliciesTest(unittest.TestCase):
+    def test_spec_becomes_server_flags(self):
+        got = policies.parse("unbatched,fixed:2ms,adaptive:5ms")
+        self.assertEqual(got[0], ("unbatched", ["--batching=fixed"], 1))
+        self.assertEqual(got[1], ("fixed:2ms", ["--batching=fixed", "--max_queue_delay=2ms"], None))
+        self.assertEqual(got[2][1], ["--batching=adaptive", "--max_queue_delay=5ms"])
+
+    def test_policy_without_delay_or_unknown_is_refused(self):
+        with self.assertRaisesRegex(SystemExit, "needs a delay"):
+            policies.parse("fixed")
+        with self.assertRaisesRegex(SystemExit, "'greedy'"):
+            policies.parse("greedy")
+
+    def test_goals_compare_against_unbatched_and_the_best_fixed_delay(self):
+        table = {"unbatched": [point(1, 100, 1000), point(64, 500, 9000)],
+                 "fixed:1ms": [point(1, 50, 2000), point(64, 900, 5000)],
+                 "fixed:5ms": [point(1, 20, 6000), point(64, 1000, 6000)],
+                 "adaptive:5ms": [point(1, 98, 1020), point(64, 950, 5000)]}
+        g = policies.goals(table, [1, 64])["adaptive:5ms"]
+        self.assertEqual(g[0], "c=1 p50 1.020x unbatched (goal <= 1.05)")
+        self.assertEqual(g[1], "c=64 0.950x best fixed (fixed:5ms) (goal >= 1)")
 
 
 if __name__ == "__main__":

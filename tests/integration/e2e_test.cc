@@ -140,6 +140,32 @@ TEST_F(E2eTest, ServedOutputEqualsDirectForwardAcrossConcurrentBatchedRequests) 
   }
 }
 
+TEST_F(E2eTest, RequestOfThreeAndAHalfBatchesEqualsTheUnsplitForwardRowForRow) {
+  BatcherOptions b;
+  b.max_batch_size = 4;
+  b.max_request_rows = 16;
+  b.max_queue_delay = absl::Milliseconds(2);
+  Start("tiny_cnn", b);
+  const std::vector<float> x = Random(14 * 3 * 8 * 8, 7);
+  PredictResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  const grpc::Status st = stub_->Predict(&ctx, Request(x, {14, 3, 8, 8}), &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.outputs_size(), 1);
+  EXPECT_THAT(resp.outputs(0).shape(), ::testing::ElementsAre(14, 10));
+  std::vector<float> served(resp.outputs(0).data().size() / 4);
+  std::memcpy(served.data(), resp.outputs(0).data().data(), served.size() * 4);
+  ExpectClose(served, testing::ReferenceForward(Model("tiny_cnn"), x, {14, 3, 8, 8}));
+
+  // Above max_request_rows: refused, naming the bound.
+  const std::vector<float> y = Random(17 * 3 * 8 * 8, 8);
+  grpc::ClientContext ctx2;
+  const grpc::Status refused = stub_->Predict(&ctx2, Request(y, {17, 3, 8, 8}), &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("more than max_request_rows 16"));
+}
+
 TEST_F(E2eTest, DefaultClassifierReturnsLogitsOfShape1x1000) {
   BatcherOptions b;
   b.max_batch_size = 2;

@@ -211,6 +211,18 @@ TEST_F(KServeTest, ModelInferWithRawContentsAnswersNamedRawOutputs) {
   EXPECT_EQ(r.parameters().at("batch_rows").int64_param(), 2);
 }
 
+TEST_F(KServeTest, ModelInferOfMoreRowsThanABatchIsSplitAndReassembledInOrder) {
+  // Batches hold 8 rows: 20 rows run as 8 + 8 + 4 and come back as one.
+  ModelInferResponse r;
+  grpc::Status s = Infer(RawRequest(20, 0), &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_THAT(r.outputs(0).shape(), ElementsAre(20, kW));
+  const std::vector<float> out = Floats(r.raw_output_contents(0));
+  ASSERT_EQ(out.size(), 20u * kW);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 2.0f * i) << "value " << i;
+  EXPECT_THAT(runner_.batch_rows(), ElementsAre(8, 8, 4));
+}
+
 TEST_F(KServeTest, TypedAndRawInputsGiveTheSameOutputs) {
   ModelInferResponse raw, typed;
   ASSERT_TRUE(Infer(RawRequest(3, -5.5f), &raw).ok());
@@ -300,8 +312,10 @@ TEST_F(KServeTest, BadInputsNameTheField) {
                      "inputs[0] ('input').shape[1] = 5"});
   }
   {
-    ModelInferRequest r = RawRequest(9, 0);
-    cases.push_back({"too many rows", r, grpc::StatusCode::INVALID_ARGUMENT, "9"});
+    // Above max_request_rows (max_queue_size, 1024); 9 rows would be split.
+    ModelInferRequest r = RawRequest(1025, 0);
+    cases.push_back({"too many rows", r, grpc::StatusCode::INVALID_ARGUMENT,
+                     "1025 rows (batch dimension), more than max_request_rows 1024"});
   }
   {
     ModelInferRequest r = RawRequest(1, 0);

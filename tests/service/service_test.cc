@@ -254,7 +254,9 @@ TEST_F(ServiceTest, ShutdownCancelsCallsStillRunningAtItsTimeout) {
 }
 
 TEST_F(ServiceTest, BadInputGetsInvalidArgumentNamingFieldAndServerKeepsServing) {
-  StartServer();
+  BatcherOptions b = testing::LoopbackServerOptions().batching;
+  b.max_request_rows = 8;
+  StartServer(b);
   struct Case {
     const char* what;
     std::function<void(PredictRequest*)> mutate;
@@ -295,7 +297,7 @@ TEST_F(ServiceTest, BadInputGetsInvalidArgumentNamingFieldAndServerKeepsServing)
   PredictRequest too_many = MakeRequest(9, 1);
   s = Call(too_many, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("max_batch_size 8"));
+  EXPECT_THAT(s.error_message(), HasSubstr("9 rows (batch dimension), more than max_request_rows 8"));
   ExpectStillServing();
   EXPECT_TRUE(runner_.batch_rows().size() == 1) << "bad requests never reach the model";
 }

@@ -1,0 +1,127 @@
+"""bench/run.py --policies: the batching policies side by side in one run.
+
+Each policy is a server started alone (one after the other, same flags
+otherwise) and swept over the same client concurrency levels. A policy is
+written NAME[:DELAY]:
+  fixed:2ms     --batching=fixed --max_queue_delay=2ms
+  adaptive:5ms  --batching=adaptive --max_queue_delay=5ms (the bound)
+  unbatched     --max_batch_size=1 (the reference for light load)
+  target:20ms   --batching=adaptive --latency_target=20ms
+With --rates=R1,R2,... each policy is measured open loop instead: Poisson
+arrivals at each rate (requests/s), latency from the intended send time.
+Writes <stem>-policies.json, prints the table and plots p99 against
+throughput, one line per policy (bench/plot.py's plot_policies).
+"""
+import datetime
+import json
+import os
+import sys
+
+DEFAULT = "unbatched,fixed:0ms,fixed:1ms,fixed:2ms,fixed:5ms,adaptive:5ms"
+
+
+def parse(spec):
+    """[(label, extra server flags, max_batch_size or None)] for a spec string."""
+    out = []
+    for item in spec.split(","):
+        name, _, delay = item.strip().partition(":")
+        if name == "unbatched":
+            out.append(("unbatched", ["--batching=fixed"], 1))
+        elif name == "target":
+            if not delay:
+                raise SystemExit(f"--policies: '{item}' needs a target, e.g. target:20ms")
+            out.append((item.strip(), ["--batching=adaptive", f"--latency_target={delay}"], None))
+        elif name in ("fixed", "adaptive"):
+            if not delay:
+                raise SystemExit(f"--policies: '{item}' needs a delay, e.g. {name}:2ms")
+            out.append((item.strip(), [f"--batching={name}", f"--max_queue_delay={delay}"], None))
+        else:
+            raise SystemExit(f"--policies: '{item}': want unbatched, fixed:D, adaptive:D or target:D")
+    return out
+
+
+def goals(table, levels):
+    """The issue's goals, checked on this run: adaptive p50 at c=1 against
+    unbatched, adaptive throughput at the highest levels against the best
+    fixed delay. {policy: [finding, ...]}."""
+    found = {}
+    fixed = [p for p in table if p.startswith("fixed")]
+    for p in (p for p in table if p.startswith("adaptive")):
+        lines = []
+        by_c = {r["concurrency"]: r for r in table[p]}
+        if 1 in by_c and "unbatched" in table:
+            u = next(r for r in table["unbatched"] if r["concurrency"] == 1)
+            ratio = by_c[1]["latency_us"]["p50"] / u["latency_us"]["p50"]
+            lines.append(f"c=1 p50 {ratio:.3f}x unbatched (goal <= 1.05)")
+        for c in levels:
+            if c < 64 or c not in by_c or not fixed:
+                continue
+            best = max(fixed, key=lambda f: next(r for r in table[f] if r["concurrency"] == c)
+                       ["requests_per_s"])
+            b = next(r for r in table[best] if r["concurrency"] == c)["requests_per_s"]
+            lines.append(f"c={c} {by_c[c]['requests_per_s'] / b:.3f}x best fixed ({best}) (goal >= 1)")
+        found[p] = lines
+    return found
+
+
+def open_sweep(a, server, rates, run):
+    """metalserve-bench open loop, Poisson arrivals, one level per rate."""
+    out = run([os.path.join(a.build, "metalserve-bench"), f"--target={server.target}",
+               f"--rate={','.join(str(r) for r in rates)}", "--arrival=poisson",
+               f"--duration={a.duration}s", f"--warmup={a.warmup}s", f"--input={a.input}",
+               "--output=json", "--progress=off", "--max_error_rate=1"] + a.bench_args)
+    levels = json.loads(out)["runs"]
+    for r in levels:
+        r["realised_batch_rows_mean"] = 0.0  # not scraped per level in open loop
+        print(f"  rate={r['rate']:<8g} {r['requests_per_s']:9.1f} req/s  p99 "
+              f"{r['latency_us']['p99'] / 1e3:8.2f} ms  err {r['error_rate']:.4f}", file=sys.stderr)
+    return levels
+
+
+def compare(a, server_cls, sweep, host_info, command, run=None):
+    table = {}
+    for label, flags, max_batch in parse(a.policies):
+        print(f"[policy {label}]", file=sys.stderr)
+        s = server_cls(a, max_batch or a.max_batch_size, "" if max_batch else a.allowed_batch_sizes,
+                       label.replace(":", "-"), a.port, extra=flags)
+        try:
+            if a.rates:
+                table[label] = open_sweep(a, s, [float(r) for r in a.rates.split(",")], run)
+            else:
+                table[label] = sweep(a, s, a.sweep_levels)
+        finally:
+            s.stop()
+    result = {"command": command, "host_label": a.host_label, "machine": host_info(a),
+              "model": a.model, "device": a.device, "threads": a.threads,
+              "max_batch_size": a.max_batch_size, "duration_s": a.duration,
+              "rates": a.rates, "policies": table,
+              "goals": {} if a.rates else goals(table, a.sweep_levels)}
+    stem = f"{a.host_label}-{datetime.date.today().isoformat()}-{a.model}"
+    stem += (f"-{a.tag}" if a.tag else "") + "-policies"
+    path = os.path.join(a.out, stem + ".json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {path}", file=sys.stderr)
+    print_table(result)
+    try:
+        import plot
+        plot.plot_policies(path)
+    except ImportError as e:
+        print(f"(no plot: {e}; run bench/plot.py {path} where matplotlib is installed)")
+    return result
+
+
+def print_table(r):
+    print(f"\n{r['model']} on {r['device']}, {r['threads']} threads, max_batch_size "
+          f"{r['max_batch_size']}, {r['duration_s']:g} s per level, {r['machine']['date']}")
+    print(f"command: {r['command']}")
+    print(f"{'policy':>14} {'conc':>5} {'rate':>8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
+          f" {'batch':>6} {'err':>7}")
+    for p, rows in r["policies"].items():
+        for x in rows:
+            print(f"{p:>14} {x['concurrency']:>5} {x.get('rate', 0):>8g} {x['requests_per_s']:>9.1f}"
+                  f" {x['latency_us']['p50'] / 1e3:>8.3f} {x['latency_us']['p99'] / 1e3:>8.3f}"
+                  f" {x['realised_batch_rows_mean']:>6.2f} {x['error_rate']:>7.4f}")
+    for p, lines in r["goals"].items():
+        for line in lines:
+            print(f"{p}: {line}")

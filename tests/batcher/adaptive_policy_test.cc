@@ -1,0 +1,234 @@
+// The adaptive batching policy, driven on simulated time: every Poll and
+// Admit is given its `now`, so each decision is exact and instant.
+#include "server/batcher/adaptive_policy.h"
+
+#include <memory>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/batcher/batch_queue.h"
+#include "tests/batcher/fake_task.h"
+#include "tests/testing/status_matchers.h"
+
+namespace metalserve {
+namespace {
+
+using ::metalserve::testing::IsOk;
+
+const absl::Time kT0 = absl::UnixEpoch() + absl::Hours(1);
+constexpr absl::Duration kUs = absl::Microseconds(1);
+
+// A model whose batch has a large fixed cost (1 ms) and a small cost per row
+// (10 us): batching pays whenever rows come faster than the fixed cost.
+BatcherOptions Adaptive(int64_t max_batch = 8, absl::Duration delay = absl::Milliseconds(5)) {
+  BatcherOptions o;
+  o.policy = BatchingPolicy::kAdaptive;
+  o.max_batch_size = max_batch;
+  o.max_queue_delay = delay;
+  o.max_queue_size = 1024;
+  o.batch_costs = {{1, absl::Microseconds(1010)},
+                   {max_batch, absl::Microseconds(1000 + 10 * max_batch)}};
+  return o;
+}
+
+void Admit(BatchQueue& q, absl::Time now, int64_t rows = 1) {
+  std::unique_ptr<BatchTask> t = MakeTask(rows);
+  ASSERT_THAT(q.Admit(&t, now), IsOk());
+}
+
+// Arrivals every `gap` from `start`, each batch taken as soon as Poll gives
+// one, so that the estimator has seen that rate. Returns the last arrival.
+absl::Time Prime(BatchQueue& q, absl::Time start, absl::Duration gap, int n) {
+  absl::Time t = start;
+  for (int i = 0; i < n; ++i, t += gap) {
+    Admit(q, t);
+    q.Poll(t, /*draining=*/true);  // take everything: only the history counts
+  }
+  return t - gap;
+}
+
+TEST(AdaptivePolicyTest, LoneRequestIsSentAtOnceWhenNothingElseIsExpected) {
+  BatchQueue q(Adaptive());
+  Admit(q, kT0);
+  auto r = q.Poll(kT0, false);
+  ASSERT_TRUE(r.batch.has_value());
+  EXPECT_EQ(r.batch->reason, CloseReason::kNoGain);
+  EXPECT_EQ(r.batch->rows, 1);
+
+  // The fixed policy makes the same request wait the whole delay.
+  BatcherOptions fixed = Adaptive();
+  fixed.policy = BatchingPolicy::kFixed;
+  BatchQueue f(fixed);
+  Admit(f, kT0);
+  auto w = f.Poll(kT0, false);
+  EXPECT_FALSE(w.batch.has_value());
+  EXPECT_EQ(w.wake_at, kT0 + absl::Milliseconds(5));
+}
+
+TEST(AdaptivePolicyTest, LoneRequestAfterSlowTrafficIsSentAtOnce) {
+  BatchQueue q(Adaptive());
+  // One request every 20 ms: far slower than a batch costs.
+  const absl::Time last = Prime(q, kT0, absl::Milliseconds(20), 10);
+  const absl::Time now = last + absl::Milliseconds(20);
+  Admit(q, now);
+  auto r = q.Poll(now, false);
+  ASSERT_TRUE(r.batch.has_value());
+  EXPECT_EQ(r.batch->reason, CloseReason::kNoGain);
+}
+
+TEST(AdaptivePolicyTest, BurstFillsABatch) {
+  BatchQueue q(Adaptive(/*max_batch=*/8));
+  // A burst, one request every 10 us. The first is alone (nothing expected
+  // yet), the next eight fill one batch without any closing early.
+  absl::Time t = kT0;
+  Admit(q, t);
+  auto first = q.Poll(t, false);
+  ASSERT_TRUE(first.batch.has_value());
+  EXPECT_EQ(first.batch->rows, 1);
+  for (int i = 1; i < 8; ++i) {
+    t += 10 * kUs;
+    Admit(q, t);
+    auto r = q.Poll(t, false);
+    ASSERT_FALSE(r.batch.has_value()) << "closed early at row " << i;
+    EXPECT_GT(r.wake_at, t);
+    EXPECT_LE(r.wake_at, t + absl::Milliseconds(5));
+  }
+  t += 10 * kUs;
+  Admit(q, t);
+  auto full = q.Poll(t, false);
+  ASSERT_TRUE(full.batch.has_value());
+  EXPECT_EQ(full.batch->reason, CloseReason::kFull);
+  EXPECT_EQ(full.batch->rows, 8);
+}
+
+TEST(AdaptivePolicyTest, EstimateFollowsAChangeOfArrivalRate) {
+  BatchQueue q(Adaptive());
+  absl::Time last = Prime(q, kT0, 50 * kUs, 200);
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(q.adaptive()->arrivals().mean_gap()), 50, 1);
+  // At that rate a partial batch waits for more.
+  Admit(q, last + 50 * kUs);
+  EXPECT_FALSE(q.Poll(last + 50 * kUs, false).batch.has_value());
+  q.Poll(last + 50 * kUs, /*draining=*/true);
+
+  // The rate drops to one request every 10 ms: 20 arrivals later the
+  // estimate is within 10 % of the new gap, and a request goes at once.
+  last = Prime(q, last + absl::Milliseconds(10), absl::Milliseconds(10), 20);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(q.adaptive()->arrivals().mean_gap()), 10, 1);
+  const absl::Time now = last + absl::Milliseconds(10);
+  Admit(q, now);
+  auto r = q.Poll(now, false);
+  ASSERT_TRUE(r.batch.has_value());
+  EXPECT_EQ(r.batch->reason, CloseReason::kNoGain);
+}
+
+TEST(AdaptivePolicyTest, SilenceLongerThanTheMeanGapEndsTheWait) {
+  BatchQueue q(Adaptive());
+  const absl::Time last = Prime(q, kT0, 50 * kUs, 200);
+  const absl::Time now = last + 50 * kUs;
+  Admit(q, now);
+  auto waiting = q.Poll(now, false);
+  ASSERT_FALSE(waiting.batch.has_value());
+  // Nothing arrives: by the time it reconsiders, the silence since the last
+  // arrival has grown past what waiting can repay, well before the delay.
+  absl::Time t = waiting.wake_at;
+  std::optional<Batch> batch;
+  for (int i = 0; i < 100 && !batch.has_value(); ++i) {
+    auto r = q.Poll(t, false);
+    batch = std::move(r.batch);
+    if (!batch.has_value()) t = r.wake_at;
+  }
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->reason, CloseReason::kNoGain);
+  EXPECT_LT(t - now, absl::Milliseconds(2));
+}
+
+TEST(AdaptivePolicyTest, MaxQueueDelayStaysTheBound) {
+  // Arrivals every 300 us, delay 1 ms: waiting pays, but the delay ends it.
+  BatchQueue q(Adaptive(/*max_batch=*/8, absl::Milliseconds(1)));
+  const absl::Time last = Prime(q, kT0, 300 * kUs, 50);
+  const absl::Time start = last + 300 * kUs;
+  Admit(q, start);
+  auto r = q.Poll(start, false);
+  ASSERT_FALSE(r.batch.has_value());
+  Admit(q, start + 300 * kUs);
+  r = q.Poll(start + 300 * kUs, false);
+  ASSERT_FALSE(r.batch.has_value());
+  EXPECT_LE(r.wake_at, start + absl::Milliseconds(1));
+  auto due = q.Poll(start + absl::Milliseconds(1), false);
+  ASSERT_TRUE(due.batch.has_value());
+  EXPECT_EQ(due.batch->reason, CloseReason::kDelayExpired);
+  EXPECT_EQ(due.batch->rows, 2);
+}
+
+TEST(AdaptivePolicyTest, WaitsWhileTheDeviceIsBusyAndClosesWhenItIsFree) {
+  BatchQueue q(Adaptive());
+  // One request every 3 ms: alone, each would go at once.
+  const absl::Time last = Prime(q, kT0, absl::Milliseconds(3), 20);
+  const absl::Time now = last + absl::Milliseconds(3);
+  q.SetDeviceFreeAt(now + absl::Milliseconds(4));
+  Admit(q, now);
+  auto r = q.Poll(now, false);
+  ASSERT_FALSE(r.batch.has_value()) << "the device is busy for 4 ms more";
+  EXPECT_LE(r.wake_at, now + absl::Milliseconds(4));
+  q.SetDeviceFreeAt(now + absl::Milliseconds(1));  // the batch came back early
+  auto go = q.Poll(now + absl::Milliseconds(1), false);
+  ASSERT_TRUE(go.batch.has_value());
+  EXPECT_EQ(go.batch->reason, CloseReason::kNoGain);
+}
+
+TEST(AdaptivePolicyTest, NoCostFiguresMeansNoWait) {
+  BatcherOptions o = Adaptive();
+  o.batch_costs.clear();
+  BatchQueue q(o);
+  const absl::Time last = Prime(q, kT0, 10 * kUs, 50);
+  Admit(q, last + 10 * kUs);
+  auto r = q.Poll(last + 10 * kUs, false);
+  ASSERT_TRUE(r.batch.has_value());
+  EXPECT_EQ(r.batch->reason, CloseReason::kNoGain);
+}
+
+TEST(DeviceLoadTest, FreeTimeStaysWithinTheWorkInFlightUnderSustainedLoad) {
+  // Two executors keep the device busy: a batch always in flight, each
+  // estimated at 1 ms, each really done in 0.5 ms.
+  DeviceLoad load;
+  const absl::Duration cost = absl::Milliseconds(1);
+  absl::Time t = kT0;
+  load.Started(t, cost);
+  for (int i = 0; i < 1000; ++i) {
+    load.Started(t, cost);
+    t += 500 * kUs;
+    load.Done(t, cost);
+    ASSERT_LE(load.free_at(), t + cost) << "after " << i << " batches";
+  }
+  load.Done(t, cost);
+  EXPECT_EQ(load.free_at(), t);
+}
+
+TEST(BatchCostModelTest, InterpolatesBetweenWarmUpSizesAndLearnsFromBatches) {
+  BatchCostModel m(32);
+  m.Seed({{1, absl::Milliseconds(1)}, {32, absl::Milliseconds(32)}});
+  EXPECT_EQ(m.Cost(1), absl::Milliseconds(1));
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(16)), 16, 1e-6);
+  // A batch of 32 measured at 64 ms moves that size a quarter of the way.
+  m.Observe(32, absl::Milliseconds(64));
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(32)), 40, 1e-6);
+  // A size never measured before is taken as measured.
+  m.Observe(8, absl::Milliseconds(4));
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(8)), 4, 1e-6);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(4)), 1 + 3.0 * 3 / 7, 1e-6);
+}
+
+TEST(BatchCostModelTest, EmptyModelCostsNothing) {
+  BatchCostModel m(8);
+  EXPECT_EQ(m.Cost(4), absl::ZeroDuration());
+}
+
+TEST(BatchCostModelTest, ExtendsTheSlopeOfTheLargestSizes) {
+  BatchCostModel m(64);
+  m.Seed({{8, absl::Milliseconds(2)}, {16, absl::Milliseconds(3)}});
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(32)), 5, 1e-6);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(2)), 2, 1e-6);
+}
+
+}  // namespace
+}  // namespace metalserve
