@@ -122,7 +122,7 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
       ValidateInputs(DecodeInputs(*request), info.inputs);
   if (!inputs.ok()) return fail(inputs.status());
 
-  const int predict_priority = request->priority();
+  const int predict_priority = request->skeleton.priority();
   auto predict = std::make_unique<PredictTask>(
       context, reactor, std::move(request), response, *std::move(inputs), runner_,
       metrics_, clock_, start, &cut_off_);
