@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/service/infer_task.h"
 
@@ -85,17 +86,42 @@ class SplitState {
   bool answered_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Rows [first, first + rows) of `in`, as views into the same bytes: a
+// slice of `data`, or of the received pieces when the bytes came in several
+// (sliced_request.h), keeping only the parts that overlap those rows.
+InputView RowsOf(const InputView& in, int64_t first, int64_t rows) {
+  InputView out = in;
+  out.shape[0] = rows;
+  size_t total = in.data.size();
+  if (!in.pieces.empty()) {
+    total = 0;
+    for (absl::string_view p : in.pieces) total += p.size();
+  }
+  const size_t row_bytes = in.shape[0] > 0 ? total / static_cast<size_t>(in.shape[0]) : 0;
+  const size_t begin = static_cast<size_t>(first) * row_bytes;
+  const size_t end = begin + static_cast<size_t>(rows) * row_bytes;
+  if (in.pieces.empty()) {
+    out.data = in.data.substr(begin, end - begin);
+    return out;
+  }
+  out.pieces.clear();
+  size_t at = 0;  // offset of the current piece in the whole
+  for (absl::string_view p : in.pieces) {
+    const size_t from = std::max(begin, at);
+    const size_t to = std::min(end, at + p.size());
+    if (from < to) out.pieces.push_back(p.substr(from - at, to - from));
+    at += p.size();
+  }
+  return out;
+}
+
 // Rows [first, first + rows) of a split task.
 class PieceTask final : public InferTask {
  public:
   PieceTask(std::shared_ptr<SplitState> state, size_t index, int64_t first, int64_t rows)
       : state_(std::move(state)), index_(index), rows_(rows) {
     for (const InputView& in : state_->whole().inputs()) {
-      InputView piece = in;
-      piece.shape[0] = rows;
-      const size_t row_bytes = in.shape[0] > 0 ? in.data.size() / in.shape[0] : 0;
-      piece.data = in.data.substr(first * row_bytes, rows * row_bytes);
-      inputs_.push_back(piece);
+      inputs_.push_back(RowsOf(in, first, rows));
     }
   }
 

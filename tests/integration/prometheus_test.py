@@ -89,6 +89,7 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
             "--device=cpu", "--threads=1",
             f"--max_batch_size={ROWS_OK}",
             f"--max_queue_delay={QUEUE_DELAY}",
+            "--batching=fixed",  # a lone request waits the whole delay (N_DEADLINE)
             "--monitor_log_interval=0",
         ], os.path.join(cls.tmp, "metalserve.log"), name="metalserve")
         cls.procs.append(server)

@@ -75,7 +75,9 @@ std::vector<Case> BadCases() {
     j["inputs"][0]["shape"] = {1, 5};
     c.push_back({"wrong dimension", g, j});
   }
-  c.push_back({"too many rows", GrpcRequest(9), JsonInput(9, std::vector<float>(36, 1.0f))});
+  // Above max_request_rows (max_queue_size, 1024); 9 rows would be split.
+  c.push_back({"too many rows", GrpcRequest(1025),
+               JsonInput(1025, std::vector<float>(1025 * 4, 1.0f))});
   {
     auto g = GrpcRequest(1);
     g.add_outputs()->set_name("nope");
