@@ -134,7 +134,14 @@ RuntimeFamilies::RuntimeFamilies(prometheus::Registry& registry)
       model_load(SingleGauge(registry, "metalserve_model_load_duration_seconds",
                              "Time the model took to load.")),
       model_warmup(SingleGauge(registry, "metalserve_model_warmup_duration_seconds",
-                               "Time the model warm-up took.")) {}
+                               "Time the model warm-up took.")),
+      load_phase(prometheus::BuildGauge()
+                     .Name("metalserve_model_load_phase_seconds")
+                     .Help("Time each model load phase took: read, signature, optimize, "
+                           "verify (0 on a verification-cache hit), warmup.")
+                     .Register(registry)),
+      load_phases({"read", "signature", "optimize", "verify", "warmup"},
+                  [this](const std::string& phase) { return &load_phase.Add({{"phase", phase}}); }) {}
 
 ServerFamilies::ServerFamilies(prometheus::Registry& registry)
     : build_info(prometheus::BuildGauge()

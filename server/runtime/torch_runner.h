@@ -32,7 +32,13 @@
 //      active level and the reason are in ModelInfo::optimization(_reason).
 //      fp16/bf16 are compared with fp32 and the deviation is reported in the
 //      reason (no fallback for precision);
+//      With `cache_dir` set, the verdict is cached under a key of the model
+//      file's SHA-256 and every setting it depends on; a later load with the
+//      same key rebuilds the chosen level without the comparison forwards
+//      (verification_cache.h);
 //   5. warms up every warm-up batch size (ModelInfo::warmup_time).
+// Each phase's duration goes to `on_load_phase` (read, signature, optimize,
+// verify, warmup).
 //
 // Run: inputs are checked defensively (count, dtype, rank, rows, bytes:
 // INVALID_ARGUMENT), cast on the device, forwarded under InferenceMode, and
@@ -89,6 +95,11 @@ enum class ForwardPurpose {
 // with its purpose and its rows. For tracing and tests; must be cheap and
 // must not call the runner.
 using ForwardObserver = std::function<void(ForwardPurpose purpose, int64_t rows)>;
+// Called once per load phase as it ends, with its duration. Phases: "read"
+// (the file into a module on the device), "signature" (binding and the probe
+// forward), "optimize" (building the optimized graphs), "verify" (comparing
+// them with the plain graph; zero on a verification-cache hit), "warmup".
+using LoadPhaseCallback = std::function<void(const std::string& phase, absl::Duration took)>;
 
 struct RuntimeOptions {
   // TorchScript file. Required.
@@ -128,6 +139,14 @@ struct RuntimeOptions {
   double verify_tolerance = 1e-3;
   // Also check that a row's output does not depend on its batch position.
   bool verify_batch_invariance = true;
+  // Folder of the verification cache (verification_cache.h): a verdict
+  // stored there for the same model bytes, LibTorch, device, precision,
+  // level, batch sizes and comparison settings is reused instead of
+  // verifying again. Empty: no cache. A folder that cannot be created or
+  // written only disables the cache (one log line).
+  std::string cache_dir;
+  // Optional; see LoadPhaseCallback.
+  LoadPhaseCallback on_load_phase;
 
   // Cache hygiene (see cache_policy.h). 0 / zero duration turns each off.
   int64_t empty_cache_every = 0;           // batches

@@ -65,6 +65,11 @@ class TorchRunner final : public Runner {
                     const std::optional<ModelSignature>& declared,
                     const std::string& signature_path);
   absl::StatusOr<torch::jit::Module> LoadModule(const std::string& path);
+  // Verifies `level` (graph_verification.h), or reuses the verdict cached
+  // for the same key (verification_cache.h); stores a new verdict.
+  absl::StatusOr<VerifiedGraph> OptimizeOrReuse(const RuntimeOptions& options, Level level,
+                                                torch::jit::Module& plain32,
+                                                GraphVerifier& verifier);
   // Binds the declared signature to forward by name and checks it against a
   // probe forward, or infers one (signature_binding.h); sets info_.inputs,
   // info_.outputs and the forward path's signature.
