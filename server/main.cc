@@ -55,7 +55,9 @@ ABSL_FLAG(std::string, address, "127.0.0.1:8500",
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "Prometheus /metrics listen address; empty turns the listener off "
           "(metrics are still recorded)");
-ABSL_FLAG(std::string, device, "auto", "auto (mps -> cuda -> cpu), mps, cuda, cuda:N or cpu");
+ABSL_FLAG(std::string, device, "auto",
+          "auto or first_available (mps -> cuda -> cpu, each accelerator only if it passes "
+          "a probe against the CPU), mps, cuda, cuda:N or cpu");
 ABSL_FLAG(int, threads, 0, "CPU intra-op threads; 0 = number of cores");
 ABSL_FLAG(std::string, precision, "fp32", "Compute precision: fp32, fp16 or bf16");
 ABSL_FLAG(bool, channels_last, false, "Run 4-D inputs in channels-last memory format");

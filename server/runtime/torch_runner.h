@@ -6,8 +6,10 @@
 // What CreateTorchRunner does before it returns (the server is not ready
 // until it has); each phase is logged as it starts and with its duration
 // when it ends, so that a slow load shows where the time goes:
-//   1. chooses the device (auto: mps -> cuda -> cpu; a requested device that
-//      is missing is FAILED_PRECONDITION naming it) and logs it, with whether
+//   1. chooses the device (auto: mps -> cuda -> cpu, an accelerator only
+//      once a probe computation on it matches the CPU's; a requested device
+//      that is missing or fails its probe is FAILED_PRECONDITION naming it
+//      and the failure; device_choice.h) and logs it, with whether
 //      PYTORCH_ENABLE_MPS_FALLBACK is set;
 //   2. reads the signature sidecar through options.signature_codec, if there
 //      is one;
@@ -78,6 +80,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "server/runtime/cache_policy.h"
+#include "server/runtime/device_choice.h"
 #include "server/runtime/device_thread.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/runner.h"
@@ -119,8 +122,14 @@ struct RuntimeOptions {
   std::map<std::string, DType> input_dtypes;
   // Write an inferred signature to the default sidecar path.
   bool write_inferred_signature = true;
-  // "auto" (mps -> cuda -> cpu), "mps", "cuda", "cuda:N" or "cpu".
+  // "auto" or "first_available" (mps -> cuda -> cpu, an accelerator only
+  // when it passes its probe), "mps", "cuda", "cuda:N" or "cpu"
+  // (device_choice.h). An explicit device that fails its probe is
+  // FAILED_PRECONDITION.
   std::string device = "auto";
+  // What the machine offers and the device probe; nullptr: LibTorch's (the
+  // real probe). Tests pass fakes.
+  std::shared_ptr<const DevicePlatform> device_platform;
   // CPU intra-op threads (at::set_num_threads); 0 leaves LibTorch's default
   // (Debian's LibTorch starts with one).
   int threads = 0;

@@ -146,7 +146,8 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
 // Precision, device, device thread, forward path and cache policy.
 absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   ASSIGN_OR_RETURN(compute_dtype_, ParsePrecision(options.precision));
-  ASSIGN_OR_RETURN(DeviceChoice choice, ChooseDevice(options.device));
+  ASSIGN_OR_RETURN(DeviceChoice choice,
+                   ChooseDevice(options.device, options.device_platform.get()));
   info_.device = choice.name;
   info_.torch_version = TORCH_VERSION;
   info_.precision = options.precision;

@@ -228,6 +228,36 @@ TEST(TorchRunnerTest, AutoDevicePrefersAcceleratorThenCpu) {
   EXPECT_EQ(runner->info().device, want);
 }
 
+// A machine that claims MPS, whose probe fails as it does in a VM.
+class VmMpsPlatform final : public DevicePlatform {
+ public:
+  bool Available(const std::string& device, std::string* why) const override {
+    *why = "not here";
+    return device == "mps";
+  }
+  absl::Status Probe(const std::string&) const override {
+    return absl::InternalError("MPS backend out of memory (MPS allocated: 0 bytes)");
+  }
+};
+
+TEST(TorchRunnerTest, AutoServesOnCpuWhenTheClaimedMpsFailsItsProbe) {
+  RuntimeOptions o = Options("identity");
+  o.device = "auto";
+  o.device_platform = std::make_shared<VmMpsPlatform>();
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->info().device, "cpu");
+}
+
+TEST(TorchRunnerTest, ExplicitMpsThatFailsItsProbeStopsTheLoad) {
+  RuntimeOptions o = Options("identity");
+  o.device = "mps";
+  o.device_platform = std::make_shared<VmMpsPlatform>();
+  EXPECT_THAT(CreateTorchRunner(o),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("fails its probe"), HasSubstr("MPS allocated: 0 bytes"))));
+}
+
 // Runs only where CUDA is present (the GPU host): exact identity through
 // pinned copies and a pooled stream, allocator figures, cache clearing.
 TEST(TorchRunnerTest, CudaRunsExactlyAndClearsCacheWhenPresent) {
