@@ -56,8 +56,9 @@ ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "Prometheus /metrics listen address; empty turns the listener off "
           "(metrics are still recorded)");
 ABSL_FLAG(std::string, device, "auto",
-          "auto or first_available (mps -> cuda -> cpu, each accelerator only if it passes "
-          "a probe against the CPU), mps, cuda, cuda:N or cpu");
+          "auto (the fastest working device, measured at the warm-up batch sizes), "
+          "first_available (mps -> cuda -> cpu), mps, cuda, cuda:N or cpu; an accelerator "
+          "is used only if it passes a probe against the CPU");
 ABSL_FLAG(int, threads, 0, "CPU intra-op threads; 0 = number of cores");
 ABSL_FLAG(std::string, precision, "fp32", "Compute precision: fp32, fp16 or bf16");
 ABSL_FLAG(bool, channels_last, false, "Run 4-D inputs in channels-last memory format");
@@ -344,6 +345,9 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   if (ro.cache_dir == "none") ro.cache_dir.clear();
   ro.on_load_phase = [metrics](const std::string& phase, absl::Duration took) {
     metrics->SetLoadPhase(phase, took);
+  };
+  ro.on_device_forward = [metrics](const std::string& device, int64_t batch, absl::Duration took) {
+    metrics->SetDeviceForward(device, batch, took);
   };
   // Warm up (and verify) at the sizes batches are padded to, or at 1 and the
   // largest batch.

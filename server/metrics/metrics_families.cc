@@ -141,7 +141,12 @@ RuntimeFamilies::RuntimeFamilies(prometheus::Registry& registry)
                            "verify (0 on a verification-cache hit), warmup.")
                      .Register(registry)),
       load_phases({"read", "signature", "optimize", "verify", "warmup"},
-                  [this](const std::string& phase) { return &load_phase.Add({{"phase", phase}}); }) {}
+                  [this](const std::string& phase) { return &load_phase.Add({{"phase", phase}}); }),
+      device_forward(prometheus::BuildGauge()
+                         .Name("metalserve_device_forward_seconds")
+                         .Help("--device=auto: the measured forward time (median of 3) on "
+                               "each working device at each warm-up batch size.")
+                         .Register(registry)) {}
 
 ServerFamilies::ServerFamilies(prometheus::Registry& registry)
     : build_info(prometheus::BuildGauge()

@@ -149,6 +149,7 @@ struct RuntimeFamilies {
   prometheus::Gauge& model_warmup;
   prometheus::Family<prometheus::Gauge>& load_phase;
   BoundedChildren<prometheus::Gauge*> load_phases;  // after the family it fills
+  prometheus::Family<prometheus::Gauge>& device_forward;
 };
 
 // The server's own state: build_info{...}, ready,

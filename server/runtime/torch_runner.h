@@ -122,9 +122,12 @@ struct RuntimeOptions {
   std::map<std::string, DType> input_dtypes;
   // Write an inferred signature to the default sidecar path.
   bool write_inferred_signature = true;
-  // "auto" or "first_available" (mps -> cuda -> cpu, an accelerator only
-  // when it passes its probe), "mps", "cuda", "cuda:N" or "cpu"
-  // (device_choice.h). An explicit device that fails its probe is
+  // "auto": the model is loaded on each working device (accelerators that
+  // pass their probe, and the CPU), a forward timed at each warm-up batch
+  // size, and the fastest over those sizes serves (the others are released;
+  // device_choice.h). "first_available": mps -> cuda -> cpu, an accelerator
+  // only when it passes its probe. "mps", "cuda", "cuda:N" or "cpu": that
+  // device, never overridden; one that fails its probe is
   // FAILED_PRECONDITION.
   std::string device = "auto";
   // What the machine offers and the device probe; nullptr: LibTorch's (the
@@ -156,6 +159,10 @@ struct RuntimeOptions {
   std::string cache_dir;
   // Optional; see LoadPhaseCallback.
   LoadPhaseCallback on_load_phase;
+  // Optional: with device "auto", each device's measured forward time per
+  // warm-up batch size (device_choice.h), as measured.
+  std::function<void(const std::string& device, int64_t batch_size, absl::Duration took)>
+      on_device_forward;
 
   // Cache hygiene (see cache_policy.h). 0 / zero duration turns each off.
   int64_t empty_cache_every = 0;           // batches

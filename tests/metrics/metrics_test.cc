@@ -241,6 +241,17 @@ TEST(MetricsTest, RecordsEachLoadPhaseByName) {
               Optional(Eq(0.75)));
 }
 
+TEST(MetricsTest, RecordsMeasuredForwardPerDeviceAndBatchSize) {
+  auto metrics = MakeMetrics();
+  metrics->SetDeviceForward("cpu", 1, absl::Milliseconds(2));
+  metrics->SetDeviceForward("mps", 32, absl::Milliseconds(8));
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="1",device="cpu"})"),
+              Optional(Eq(0.002)));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="32",device="mps"})"),
+              Optional(Eq(0.008)));
+}
+
 TEST(MetricsTest, RecordsCacheClearsModelTimesBuildInfoAndReadiness) {
   auto metrics = MakeMetrics();
   metrics->CacheCleared("watermark", absl::Milliseconds(5));

@@ -137,5 +137,87 @@ TEST(DeviceChoiceTest, UnknownNamesAndBadIndexesAreInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad CUDA index")));
 }
 
+// --- auto by measurement -----------------------------------------------------
+
+DeviceTiming Timed(const std::string& device, std::map<int64_t, double> ms) {
+  DeviceTiming t;
+  t.device = device;
+  for (const auto& [b, v] : ms) t.forward[b] = absl::Microseconds(v * 1000);
+  return t;
+}
+
+DeviceTiming Failed(const std::string& device, const std::string& why) {
+  DeviceTiming t;
+  t.device = device;
+  t.status = absl::InternalError(why);
+  return t;
+}
+
+TEST(PickFastestTest, PicksTheLeastTotalOverTheSizesTheModelWillSee) {
+  // The write-up's small model: the CPU wins at batch 1, MPS at 32.
+  const std::vector<DeviceTiming> t = {Timed("mps", {{1, 4.0}, {32, 10.0}}),
+                                       Timed("cpu", {{1, 1.0}, {32, 40.0}})};
+  EXPECT_THAT(PickFastest(t, {1, 32}), IsOkAndHolds("mps"));
+  EXPECT_THAT(PickFastest(t, {1}), IsOkAndHolds("cpu"));
+  EXPECT_THAT(PickFastest(t, {32}), IsOkAndHolds("mps"));
+}
+
+TEST(PickFastestTest, CpuWinsWhenFasterAtEverySize) {
+  const std::vector<DeviceTiming> t = {Timed("cuda:0", {{1, 2.0}, {4, 2.5}}),
+                                       Timed("cpu", {{1, 0.5}, {4, 1.5}})};
+  EXPECT_THAT(PickFastest(t, {1, 4}), IsOkAndHolds("cpu"));
+}
+
+TEST(PickFastestTest, ATieGoesToTheEarlierDevice) {
+  const std::vector<DeviceTiming> t = {Timed("mps", {{1, 2.0}, {8, 3.0}}),
+                                       Timed("cpu", {{1, 3.0}, {8, 2.0}})};
+  EXPECT_THAT(PickFastest(t, {1, 8}), IsOkAndHolds("mps"));
+}
+
+TEST(PickFastestTest, ADeviceThatFailedToLoadIsNotChosen) {
+  const std::vector<DeviceTiming> t = {Failed("mps", "op not implemented for MPS"),
+                                       Timed("cpu", {{1, 9.0}})};
+  EXPECT_THAT(PickFastest(t, {1}), IsOkAndHolds("cpu"));
+  EXPECT_THAT(PickFastest({Failed("cpu", "bad model")}, {1}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cpu: bad model")));
+}
+
+TEST(PickFastestTest, ADeviceMissingASizeIsNotChosen) {
+  const std::vector<DeviceTiming> t = {Timed("mps", {{1, 0.1}}), Timed("cpu", {{1, 1.0}, {4, 1.0}})};
+  EXPECT_THAT(PickFastest(t, {1, 4}), IsOkAndHolds("cpu"));
+}
+
+TEST(ChooseByMeasurementTest, ADeviceThatFailsItsProbeIsNeverMeasured) {
+  const FakePlatform platform({"mps", "cuda:0"}, {{"mps", kVmFailure}});
+  std::vector<std::string> measured;
+  const auto choice = ChooseByMeasurement(WorkingAccelerators(platform), {1, 4}, [&](const std::string& d) {
+    measured.push_back(d);
+    return d == "cuda:0" ? Timed(d, {{1, 5.0}, {4, 5.0}}) : Timed(d, {{1, 1.0}, {4, 2.0}});
+  });
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_THAT(measured, ElementsAre("cuda:0", "cpu"));
+  EXPECT_EQ(choice->device, "cpu");
+}
+
+TEST(ChooseByMeasurementTest, AFasterAcceleratorIsChosenAndAFailedLoadIsSkipped) {
+  const FakePlatform platform({"mps", "cuda:0"}, {});
+  const auto choice = ChooseByMeasurement(WorkingAccelerators(platform), {1, 32}, [&](const std::string& d) {
+    if (d == "mps") return Failed(d, "out of memory");
+    return d == "cuda:0" ? Timed(d, {{1, 1.0}, {32, 2.0}}) : Timed(d, {{1, 0.5}, {32, 30.0}});
+  });
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->device, "cuda:0");
+  ASSERT_EQ(choice->timings.size(), 3u);
+  EXPECT_FALSE(choice->timings[0].status.ok());
+}
+
+TEST(ChooseByMeasurementTest, TableNamesEveryDeviceSizeAndFailure) {
+  const std::string table = TimingTable(
+      {Timed("cpu", {{1, 1.5}, {4, 2.25}}), Failed("mps", "out of memory")}, {1, 4});
+  EXPECT_THAT(table, AllOf(HasSubstr("b1 ms"), HasSubstr("b4 ms"), HasSubstr("1.500"),
+                           HasSubstr("2.250"), HasSubstr("3.750"),
+                           HasSubstr("mps      failed: out of memory")));
+}
+
 }  // namespace
 }  // namespace metalserve
