@@ -5,7 +5,10 @@
 //   forward_path.h        the one forward path (serve, warm-up, verify, probe);
 //   graph_verification.h  optimization verified against the plain graph;
 //   torch_runner.cc       the request path (Run, RunBatch, input checks);
-//   torch_runner_load.cc  Create and the load phases.
+//   torch_runner_load.cc  Create and the load phases;
+//   verification_cache.h  verification verdicts on disk (torch-free);
+//   device_choice.h       which device: probes, measurement (torch-free);
+//   device_measure.cc     CreateTorchRunner: auto measures each device.
 #ifndef METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_INTERNAL_H_
 #define METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_INTERNAL_H_
 

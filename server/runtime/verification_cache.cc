@@ -38,7 +38,8 @@ std::string Hex(const unsigned char* bytes, unsigned int n) {
   return out;
 }
 
-// SHA-256 of what `read` feeds it; false when OpenSSL fails.
+// SHA-256 of the bytes `feed` passes to its update callback, as hex; false
+// when OpenSSL or the feed fails.
 template <typename Feed>
 bool Sha256(Feed feed, std::string* hex) {
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
