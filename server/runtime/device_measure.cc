@@ -66,6 +66,10 @@ DeviceTiming Measure(Runner& runner, const std::vector<int64_t>& sizes, Clock* c
 
 }  // namespace
 
+std::unique_ptr<DevicePlatform> CreateTorchPlatform() {
+  return std::make_unique<torch_internal::TorchPlatform>();
+}
+
 absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(const RuntimeOptions& options) {
   // A device thread belongs to one device: with one given, auto keeps the
   // fixed order.

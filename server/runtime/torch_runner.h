@@ -182,6 +182,12 @@ struct RuntimeOptions {
   ForwardObserver forward_observer;
 };
 
+// The machine as LibTorch sees it, with the real device probe
+// (device_choice.h; torch_device.h says what the probe computes). Probe also
+// accepts "cpu" (the CPU against itself), which lets a CPU-only machine run
+// the probe's code.
+std::unique_ptr<DevicePlatform> CreateTorchPlatform();
+
 // Loads, optimizes, verifies and warms up the model; see the file comment.
 // INVALID_ARGUMENT: bad options or a model/signature that cannot be used;
 // NOT_FOUND: missing model or signature file; FAILED_PRECONDITION: the
