@@ -29,6 +29,7 @@
 #include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
+#include "server/runtime/verification_cache.h"
 #include "server/service/access_log.h"
 #include "server/service/null_runner.h"
 #include "server/service/server.h"
@@ -62,12 +63,18 @@ ABSL_FLAG(absl::Duration, http_read_timeout, absl::Seconds(30),
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "Prometheus /metrics listen address; empty turns the listener off "
           "(metrics are still recorded)");
-ABSL_FLAG(std::string, device, "auto", "auto (mps -> cuda -> cpu), mps, cuda, cuda:N or cpu");
+ABSL_FLAG(std::string, device, "auto",
+          "auto (the fastest working device, measured at the warm-up batch sizes), "
+          "first_available (mps -> cuda -> cpu), mps, cuda, cuda:N or cpu; an accelerator "
+          "is used only if it passes a probe against the CPU");
 ABSL_FLAG(int, threads, 0, "CPU intra-op threads; 0 = number of cores");
 ABSL_FLAG(std::string, precision, "fp32", "Compute precision: fp32, fp16 or bf16");
 ABSL_FLAG(bool, channels_last, false, "Run 4-D inputs in channels-last memory format");
 ABSL_FLAG(std::string, optimize, "auto",
           "Graph optimization: none, freeze, full or auto; always verified at load");
+ABSL_FLAG(std::string, cache_dir, "",
+          "Verification cache folder; empty = $XDG_CACHE_HOME/metalserve or "
+          "~/.cache/metalserve; none = no cache");
 ABSL_FLAG(int64_t, max_batch_size, 32, "Most rows in one model batch");
 ABSL_FLAG(absl::Duration, max_queue_delay, absl::Milliseconds(2),
           "Longest wait of the oldest queued request for its batch to fill (e.g. 2ms); "
@@ -409,6 +416,15 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
       OrDie(metalserve::ParseInputDtypes(absl::GetFlag(FLAGS_input_dtype)), "--input_dtype");
   ro.channels_last = absl::GetFlag(FLAGS_channels_last);
   ro.optimize = absl::GetFlag(FLAGS_optimize);
+  ro.cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  if (ro.cache_dir.empty()) ro.cache_dir = metalserve::DefaultVerificationCacheDir();
+  if (ro.cache_dir == "none") ro.cache_dir.clear();
+  ro.on_load_phase = [metrics](const std::string& phase, absl::Duration took) {
+    metrics->SetLoadPhase(phase, took);
+  };
+  ro.on_device_forward = [metrics](const std::string& device, int64_t batch, absl::Duration took) {
+    metrics->SetDeviceForward(device, batch, took);
+  };
   // Warm up (and verify) at the sizes batches are padded to, or at 1 and the
   // largest batch.
   ro.warmup_batch_sizes = batching.allowed_batch_sizes;

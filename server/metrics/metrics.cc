@@ -102,6 +102,15 @@ class MetricsImpl final : public Metrics {
   void CacheCleared(absl::string_view trigger,
                     absl::Duration duration) override;
   void SetModelTimes(absl::Duration load, absl::Duration warmup) override;
+  void SetDeviceForward(absl::string_view device, int64_t batch_size,
+                        absl::Duration took) override {
+    runtime_.device_forward
+        .Add({{"device", std::string(device)}, {"batch_size", std::to_string(batch_size)}})
+        .Set(absl::ToDoubleSeconds(took));
+  }
+  void SetLoadPhase(absl::string_view phase, absl::Duration took) override {
+    runtime_.load_phases.Get(phase)->Set(absl::ToDoubleSeconds(took));
+  }
   void SetBuildInfo(absl::string_view version, absl::string_view torch_version,
                     absl::string_view device,
                     absl::string_view model) override;

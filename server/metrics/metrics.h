@@ -18,6 +18,11 @@
 //   cache_clears_total{trigger}            counter
 //   cache_clear_duration_seconds{trigger}  histogram
 //   model_load_duration_seconds, model_warmup_duration_seconds  gauges
+//   model_load_phase_seconds{phase}        gauge: read | signature | optimize
+//                                          | verify | warmup (verify is 0 on a
+//                                          verification-cache hit)
+//   device_forward_seconds{device,batch_size}  gauge: --device=auto's
+//                                          measured forward per device/size
 //   build_info{version,torch_version,device,model}  gauge = 1
 //   ready                                  gauge 0/1
 //   monitor_latency_p50_seconds, monitor_latency_p95_seconds,
@@ -155,6 +160,12 @@ class Metrics {
   virtual void CacheCleared(absl::string_view trigger,
                             absl::Duration duration) = 0;
   virtual void SetModelTimes(absl::Duration load, absl::Duration warmup) = 0;
+  // One load phase's duration (RuntimeOptions::on_load_phase's phases).
+  virtual void SetLoadPhase(absl::string_view phase, absl::Duration took) = 0;
+  // --device=auto's measurement: one device's forward time at one batch
+  // size (bounded: the devices times the warm-up sizes).
+  virtual void SetDeviceForward(absl::string_view device, int64_t batch_size,
+                                absl::Duration took) = 0;
   virtual void SetBuildInfo(absl::string_view version,
                             absl::string_view torch_version,
                             absl::string_view device,

@@ -135,7 +135,19 @@ RuntimeFamilies::RuntimeFamilies(prometheus::Registry& registry)
       model_load(SingleGauge(registry, "metalserve_model_load_duration_seconds",
                              "Time the model took to load.")),
       model_warmup(SingleGauge(registry, "metalserve_model_warmup_duration_seconds",
-                               "Time the model warm-up took.")) {}
+                               "Time the model warm-up took.")),
+      load_phase(prometheus::BuildGauge()
+                     .Name("metalserve_model_load_phase_seconds")
+                     .Help("Time each model load phase took: read, signature, optimize, "
+                           "verify (0 on a verification-cache hit), warmup.")
+                     .Register(registry)),
+      load_phases({"read", "signature", "optimize", "verify", "warmup"},
+                  [this](const std::string& phase) { return &load_phase.Add({{"phase", phase}}); }),
+      device_forward(prometheus::BuildGauge()
+                         .Name("metalserve_device_forward_seconds")
+                         .Help("--device=auto: the measured forward time (median of 3) on "
+                               "each working device at each warm-up batch size.")
+                         .Register(registry)) {}
 
 ServerFamilies::ServerFamilies(prometheus::Registry& registry)
     : build_info(prometheus::BuildGauge()

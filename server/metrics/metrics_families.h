@@ -147,6 +147,9 @@ struct RuntimeFamilies {
   BoundedChildren<TriggerSeries> triggers;  // after the two families it fills
   prometheus::Gauge& model_load;
   prometheus::Gauge& model_warmup;
+  prometheus::Family<prometheus::Gauge>& load_phase;
+  BoundedChildren<prometheus::Gauge*> load_phases;  // after the family it fills
+  prometheus::Family<prometheus::Gauge>& device_forward;
 };
 
 // The server's own state: build_info{...}, ready,

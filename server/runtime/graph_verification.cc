@@ -84,7 +84,36 @@ absl::StatusOr<VerifiedGraph> GraphVerifier::Optimize(torch::jit::Module& plain3
     if (level == Level::kNone) reasons.push_back("none requested");
     LOG(INFO) << "runtime: serving the plain graph (optimization none)";
   }
-  return VerifiedGraph{*std::move(candidate), kLevelNames[chosen], absl::StrJoin(reasons, "; ")};
+  return VerifiedGraph{*std::move(candidate), kLevelNames[chosen], absl::StrJoin(reasons, "; "),
+                       optimize_time_, verify_time_};
+}
+
+absl::StatusOr<VerifiedGraph> GraphVerifier::Rebuild(torch::jit::Module& plain32, Level level,
+                                                     at::ScalarType compute,
+                                                     std::string reason) {
+  const absl::Time start = clock_->TimeNow();
+  torch::jit::Module m = plain32;
+  const char* name = kLevelNames[static_cast<int>(level)];
+  try {
+    if (compute != at::kFloat) {
+      m = plain32.clone();
+      m.to(compute);
+    }
+#ifdef METALSERVE_TORCH_CUDA
+    if (level == Level::kFull && path_.device().device().is_cuda()) {
+      at::globalContext().setBenchmarkCuDNN(true);
+    }
+#endif
+    if (level != Level::kNone) m = torch::jit::freeze(m);
+    if (level == Level::kFull) m = torch::jit::optimize_for_inference(m);
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat(name, " failed to build: ", ModelMessage(e.what())));
+  }
+  const absl::Duration took = clock_->TimeNow() - start;
+  LOG(INFO) << "runtime: built " << name << " in " << absl::ToInt64Milliseconds(took)
+            << " ms; verification skipped, its result cached: " << reason;
+  return VerifiedGraph{std::move(m), name, std::move(reason), took, absl::ZeroDuration()};
 }
 
 absl::Status GraphVerifier::ComparePrecision(torch::jit::Module& plain32,
@@ -99,6 +128,7 @@ absl::Status GraphVerifier::ComparePrecision(torch::jit::Module& plain32,
                                      options_.precision, worst,
                                      diff.empty() ? "" : absl::StrCat(" (", diff, ")")));
   LOG(INFO) << "runtime: " << reasons->back() << " (" << ElapsedMs(clock_, start) << " ms)";
+  verify_time_ += clock_->TimeNow() - start;
   return absl::OkStatus();
 }
 
@@ -122,12 +152,14 @@ std::optional<torch::jit::Module> GraphVerifier::TryLevel(torch::jit::Module& pl
     return std::nullopt;
   }
   const std::string sizes = absl::StrJoin(options_.batch_sizes, ",");
+  optimize_time_ += clock_->TimeNow() - start;
   LOG(INFO) << "runtime: built " << name << " in " << ElapsedMs(clock_, start)
             << " ms; verifying it against the plain model at batch sizes [" << sizes << "]";
   start = clock_->TimeNow();
   double worst = 0;
   absl::StatusOr<std::string> diff =
       Compare(plain, compute, *candidate, compute, options_.batch_invariance, &worst);
+  verify_time_ += clock_->TimeNow() - start;
   if (diff.ok() && diff->empty()) {
     reasons->push_back(absl::StrFormat(
         "%s verified against plain at batch sizes [%s]: max relative deviation %.3g <= %.3g",

@@ -53,6 +53,8 @@ struct VerifiedGraph {
   torch::jit::Module module;
   std::string level;   // "none", "freeze", "full"
   std::string reason;  // ModelInfo::optimization_reason
+  absl::Duration optimize_time;  // building the optimized graph(s)
+  absl::Duration verify_time;    // the comparison forwards
 };
 
 class GraphVerifier {
@@ -65,6 +67,12 @@ class GraphVerifier {
   // graph fails to run.
   absl::StatusOr<VerifiedGraph> Optimize(torch::jit::Module& plain32, Level level,
                                          at::ScalarType compute);
+  // Casts `plain32` to `compute` and builds `level` without comparing: the
+  // verdict of an earlier Optimize with the same key, read from the
+  // verification cache (verification_cache.h). `reason` is that verdict's.
+  // INTERNAL when the level fails to build (the caller then verifies).
+  absl::StatusOr<VerifiedGraph> Rebuild(torch::jit::Module& plain32, Level level,
+                                        at::ScalarType compute, std::string reason);
 
  private:
   std::optional<torch::jit::Module> TryLevel(torch::jit::Module& plain, Level level,
@@ -95,6 +103,8 @@ class GraphVerifier {
   const ForwardPath& path_;
   const VerifyOptions options_;
   Clock* const clock_;
+  absl::Duration optimize_time_;  // summed over the levels tried
+  absl::Duration verify_time_;
 };
 
 }  // namespace metalserve::torch_internal

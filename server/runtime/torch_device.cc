@@ -6,8 +6,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <utility>
+
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -30,6 +33,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/runtime/forward_path.h"
 
 namespace metalserve::torch_internal {
 namespace {
@@ -42,26 +47,20 @@ bool MpsAvailable() {
 #endif
 }
 
-absl::StatusOr<DeviceChoice> ChooseCuda(const std::string& requested) {
-  int index = 0;
-  if (requested != "cuda" &&
-      (!absl::SimpleAtoi(requested.substr(5), &index) || index < 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device '", requested, "': bad CUDA index"));
+c10::Device ToDevice(const std::string& name) {
+  if (name == "mps") return c10::Device(c10::kMPS);
+  if (absl::StartsWith(name, "cuda:")) {
+    int index = 0;
+    absl::SimpleAtoi(name.substr(5), &index);
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
-  if (!torch::cuda::is_available()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device '", requested, "' requested but CUDA is not available (LibTorch ",
-        TORCH_VERSION, " has no CUDA support or no GPU is visible)"));
-  }
-  const int count = static_cast<int>(torch::cuda::device_count());
-  if (index >= count) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device '", requested, "' requested but only ", count,
-        " CUDA device(s) are visible"));
-  }
-  return DeviceChoice{c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)),
-                      absl::StrCat("cuda:", index)};
+  return c10::Device(c10::kCPU);
+}
+
+// max |a - ref| / max |ref|.
+double Relative(const at::Tensor& a, const at::Tensor& ref) {
+  const double scale = std::max(ref.abs().max().item<double>(), 1e-12);
+  return (a - ref).abs().max().item<double>() / scale;
 }
 
 }  // namespace
@@ -83,28 +82,60 @@ int64_t ResidentBytes() {
 #endif
 }
 
-absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& requested) {
-  if (requested == "auto") {
-    if (MpsAvailable()) return DeviceChoice{c10::Device(c10::kMPS), "mps"};
-    if (torch::cuda::is_available()) {
-      return DeviceChoice{c10::Device(c10::kCUDA, 0), "cuda:0"};
+bool TorchPlatform::Available(const std::string& device, std::string* why) const {
+  if (device == "mps") {
+    if (MpsAvailable()) return true;
+    *why = absl::StrCat("MPS is not available (LibTorch ", TORCH_VERSION,
+                        "; needs an Apple Silicon GPU and an MPS-enabled LibTorch)");
+    return false;
+  }
+  if (!absl::StartsWith(device, "cuda:")) return device == "cpu";
+  if (!torch::cuda::is_available()) {
+    *why = absl::StrCat("CUDA is not available (LibTorch ", TORCH_VERSION,
+                        " has no CUDA support or no GPU is visible)");
+    return false;
+  }
+  const int count = static_cast<int>(torch::cuda::device_count());
+  if (ToDevice(device).index() >= count) {
+    *why = absl::StrCat("only ", count, " CUDA device(s) are visible");
+    return false;
+  }
+  return true;
+}
+
+absl::Status TorchPlatform::Probe(const std::string& device) const {
+  constexpr int64_t kAllocFloats = (4 << 20) / sizeof(float);  // 4 MB
+  const c10::Device d = ToDevice(device);
+  try {
+    if (d.is_mps()) {
+      const double sum = at::ones({kAllocFloats}, at::TensorOptions().device(d)).sum().item<double>();
+      if (sum != static_cast<double>(kAllocFloats)) {
+        return absl::InternalError(absl::StrCat("a 4 MB allocation filled with ones sums to ",
+                                                sum, ", not ", kAllocFloats));
+      }
     }
-    return DeviceChoice{c10::Device(c10::kCPU), "cpu"};
-  }
-  if (requested == "cpu") return DeviceChoice{c10::Device(c10::kCPU), "cpu"};
-  if (requested == "mps") {
-    if (!MpsAvailable()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "device 'mps' requested but MPS is not available (LibTorch ", TORCH_VERSION,
-          "; needs an Apple Silicon GPU and an MPS-enabled LibTorch)"));
+    at::Generator gen = at::detail::createCPUGenerator(20);
+    const at::Tensor x = at::rand({64, 64}, gen, at::TensorOptions().dtype(at::kFloat)) - 0.5;
+    const at::Tensor want = at::matmul(x, x).relu().sum(1);
+    const at::Tensor xd = x.to(d);
+    const at::Tensor got = at::matmul(xd, xd).relu().sum(1).to(at::kCPU);
+    const double r = Relative(got, want);
+    if (!(r <= 1e-3)) {
+      return absl::InternalError(absl::StrCat(
+          "a 64x64 matrix product differs from the CPU's: max relative deviation ", r));
     }
-    return DeviceChoice{c10::Device(c10::kMPS), "mps"};
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("the probe computation failed: ", ModelMessage(e.what())));
   }
-  if (requested == "cuda" || absl::StartsWith(requested, "cuda:")) {
-    return ChooseCuda(requested);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "device '", requested, "' is not one of auto, mps, cuda, cuda:N, cpu"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& requested,
+                                          const DevicePlatform* platform) {
+  const TorchPlatform torch_platform;
+  ASSIGN_OR_RETURN(const std::string name,
+                   ChooseDeviceName(requested, platform != nullptr ? *platform : torch_platform));
+  return DeviceChoice{ToDevice(name), name};
 }
 
 absl::StatusOr<std::shared_ptr<TorchDevice>> TorchDevice::Create(

@@ -178,9 +178,4 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::Serve(const std::vector<at::Ten
 
 }  // namespace torch_internal
 
-absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(
-    const RuntimeOptions& options) {
-  return torch_internal::TorchRunner::Create(options);
-}
-
 }  // namespace metalserve

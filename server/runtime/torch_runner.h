@@ -6,8 +6,10 @@
 // What CreateTorchRunner does before it returns (the server is not ready
 // until it has); each phase is logged as it starts and with its duration
 // when it ends, so that a slow load shows where the time goes:
-//   1. chooses the device (auto: mps -> cuda -> cpu; a requested device that
-//      is missing is FAILED_PRECONDITION naming it) and logs it, with whether
+//   1. chooses the device (auto: mps -> cuda -> cpu, an accelerator only
+//      once a probe computation on it matches the CPU's; a requested device
+//      that is missing or fails its probe is FAILED_PRECONDITION naming it
+//      and the failure; device_choice.h) and logs it, with whether
 //      PYTORCH_ENABLE_MPS_FALLBACK is set;
 //   2. reads the signature sidecar through options.signature_codec, if there
 //      is one;
@@ -32,7 +34,13 @@
 //      active level and the reason are in ModelInfo::optimization(_reason).
 //      fp16/bf16 are compared with fp32 and the deviation is reported in the
 //      reason (no fallback for precision);
+//      With `cache_dir` set, the verdict is cached under a key of the model
+//      file's SHA-256 and every setting it depends on; a later load with the
+//      same key rebuilds the chosen level without the comparison forwards
+//      (verification_cache.h);
 //   5. warms up every warm-up batch size (ModelInfo::warmup_time).
+// Each phase's duration goes to `on_load_phase` (read, signature, optimize,
+// verify, warmup).
 //
 // Run: inputs are checked defensively (count, dtype, rank, rows, bytes:
 // INVALID_ARGUMENT), cast on the device, forwarded under InferenceMode, and
@@ -72,6 +80,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "server/runtime/cache_policy.h"
+#include "server/runtime/device_choice.h"
 #include "server/runtime/device_thread.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/runner.h"
@@ -89,6 +98,11 @@ enum class ForwardPurpose {
 // with its purpose and its rows. For tracing and tests; must be cheap and
 // must not call the runner.
 using ForwardObserver = std::function<void(ForwardPurpose purpose, int64_t rows)>;
+// Called once per load phase as it ends, with its duration. Phases: "read"
+// (the file into a module on the device), "signature" (binding and the probe
+// forward), "optimize" (building the optimized graphs), "verify" (comparing
+// them with the plain graph; zero on a verification-cache hit), "warmup".
+using LoadPhaseCallback = std::function<void(const std::string& phase, absl::Duration took)>;
 
 struct RuntimeOptions {
   // TorchScript file. Required.
@@ -108,8 +122,17 @@ struct RuntimeOptions {
   std::map<std::string, DType> input_dtypes;
   // Write an inferred signature to the default sidecar path.
   bool write_inferred_signature = true;
-  // "auto" (mps -> cuda -> cpu), "mps", "cuda", "cuda:N" or "cpu".
+  // "auto": the model is loaded on each working device (accelerators that
+  // pass their probe, and the CPU), a forward timed at each warm-up batch
+  // size, and the fastest over those sizes serves (the others are released;
+  // device_choice.h). "first_available": mps -> cuda -> cpu, an accelerator
+  // only when it passes its probe. "mps", "cuda", "cuda:N" or "cpu": that
+  // device, never overridden; one that fails its probe is
+  // FAILED_PRECONDITION.
   std::string device = "auto";
+  // What the machine offers and the device probe; nullptr: LibTorch's (the
+  // real probe). Tests pass fakes.
+  std::shared_ptr<const DevicePlatform> device_platform;
   // CPU intra-op threads (at::set_num_threads); 0 leaves LibTorch's default
   // (Debian's LibTorch starts with one).
   int threads = 0;
@@ -128,6 +151,18 @@ struct RuntimeOptions {
   double verify_tolerance = 1e-3;
   // Also check that a row's output does not depend on its batch position.
   bool verify_batch_invariance = true;
+  // Folder of the verification cache (verification_cache.h): a verdict
+  // stored there for the same model bytes, LibTorch, device, precision,
+  // level, batch sizes and comparison settings is reused instead of
+  // verifying again. Empty: no cache. A folder that cannot be created or
+  // written only disables the cache (one log line).
+  std::string cache_dir;
+  // Optional; see LoadPhaseCallback.
+  LoadPhaseCallback on_load_phase;
+  // Optional: with device "auto", each device's measured forward time per
+  // warm-up batch size (device_choice.h), as measured.
+  std::function<void(const std::string& device, int64_t batch_size, absl::Duration took)>
+      on_device_forward;
 
   // Cache hygiene (see cache_policy.h). 0 / zero duration turns each off.
   int64_t empty_cache_every = 0;           // batches
@@ -146,6 +181,12 @@ struct RuntimeOptions {
   // Optional; see ForwardObserver.
   ForwardObserver forward_observer;
 };
+
+// The machine as LibTorch sees it, with the real device probe
+// (device_choice.h; torch_device.h says what the probe computes). Probe also
+// accepts "cpu" (the CPU against itself), which lets a CPU-only machine run
+// the probe's code.
+std::unique_ptr<DevicePlatform> CreateTorchPlatform();
 
 // Loads, optimizes, verifies and warms up the model; see the file comment.
 // INVALID_ARGUMENT: bad options or a model/signature that cannot be used;

@@ -5,7 +5,10 @@
 //   forward_path.h        the one forward path (serve, warm-up, verify, probe);
 //   graph_verification.h  optimization verified against the plain graph;
 //   torch_runner.cc       the request path (Run, RunBatch, input checks);
-//   torch_runner_load.cc  Create and the load phases.
+//   torch_runner_load.cc  Create and the load phases;
+//   verification_cache.h  verification verdicts on disk (torch-free);
+//   device_choice.h       which device: probes, measurement (torch-free);
+//   device_measure.cc     CreateTorchRunner: auto measures each device.
 #ifndef METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_INTERNAL_H_
 #define METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_INTERNAL_H_
 
@@ -65,6 +68,11 @@ class TorchRunner final : public Runner {
                     const std::optional<ModelSignature>& declared,
                     const std::string& signature_path);
   absl::StatusOr<torch::jit::Module> LoadModule(const std::string& path);
+  // Verifies `level` (graph_verification.h), or reuses the verdict cached
+  // for the same key (verification_cache.h); stores a new verdict.
+  absl::StatusOr<VerifiedGraph> OptimizeOrReuse(const RuntimeOptions& options, Level level,
+                                                torch::jit::Module& plain32,
+                                                GraphVerifier& verifier);
   // Binds the declared signature to forward by name and checks it against a
   // probe forward, or infers one (signature_binding.h); sets info_.inputs,
   // info_.outputs and the forward path's signature.

@@ -3,6 +3,7 @@
 // precision, optimization with verification (graph_verification.h), warm-up.
 // Every forward here goes through the forward path that serves
 // (forward_path.h). See torch_runner.h.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include "server/runtime/model_signature.h"
 #include "server/runtime/signature_binding.h"
 #include "server/runtime/torch_runner_internal.h"
+#include "server/runtime/verification_cache.h"
 
 namespace metalserve::torch_internal {
 namespace {
@@ -87,6 +89,28 @@ int64_t ElapsedMs(Clock* clock, absl::Time since) {
   return absl::ToInt64Milliseconds(clock->TimeNow() - since);
 }
 
+void ReportPhase(const RuntimeOptions& options, const std::string& phase, absl::Duration took) {
+  if (options.on_load_phase) options.on_load_phase(phase, took);
+}
+
+// Everything besides the model, LibTorch, device, precision, level and sizes
+// that changes the verdict: the comparison's settings and the inputs probed.
+std::string ComparisonKey(const RuntimeOptions& options, const std::vector<TensorSpec>& inputs) {
+  std::vector<std::string> in;
+  for (const TensorSpec& s : inputs) {
+    in.push_back(absl::StrCat(s.name, ":", DTypeName(s.dtype), ":", ShapeToString(s.shape)));
+  }
+  return absl::StrFormat("tolerance=%.17g batch_invariance=%d channels_last=%d inputs=%s",
+                         options.verify_tolerance, options.verify_batch_invariance,
+                         options.channels_last, absl::StrJoin(in, ";"));
+}
+
+Level LevelNamed(const std::string& name) {
+  if (name == "full") return Level::kFull;
+  if (name == "freeze") return Level::kFreeze;
+  return Level::kNone;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
@@ -114,6 +138,7 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
       runner->OnDevice([&] { status = runner->WarmUp(options.warmup_batch_sizes); }));
   RETURN_IF_ERROR(status);
   runner->info_.warmup_time = clock->TimeNow() - warm;
+  ReportPhase(options, "warmup", runner->info_.warmup_time);
   runner->LogReady();
   return std::unique_ptr<Runner>(std::move(runner));
 }
@@ -121,7 +146,8 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
 // Precision, device, device thread, forward path and cache policy.
 absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   ASSIGN_OR_RETURN(compute_dtype_, ParsePrecision(options.precision));
-  ASSIGN_OR_RETURN(DeviceChoice choice, ChooseDevice(options.device));
+  ASSIGN_OR_RETURN(DeviceChoice choice,
+                   ChooseDevice(options.device, options.device_platform.get()));
   info_.device = choice.name;
   info_.torch_version = TORCH_VERSION;
   info_.precision = options.precision;
@@ -165,19 +191,69 @@ void TorchRunner::LogReady() const {
 absl::Status TorchRunner::Load(const RuntimeOptions& options, Level level,
                                const std::optional<ModelSignature>& declared,
                                const std::string& signature_path) {
+  absl::Time start = clock_->TimeNow();
   ASSIGN_OR_RETURN(torch::jit::Module plain32, LoadModule(options.model_path));
+  ReportPhase(options, "read", clock_->TimeNow() - start);
+  start = clock_->TimeNow();
   RETURN_IF_ERROR(BindSignature(plain32, options, declared, signature_path));
+  ReportPhase(options, "signature", clock_->TimeNow() - start);
   VerifyOptions verify;
+  // Verified at each distinct warm-up size once: a repeated size proves
+  // nothing new. Not at fewer distinct sizes: oneDNN and cuDNN choose their
+  // kernels by shape, and the known fault (optimize_for_inference on
+  // mobilenet_v3_small, LibTorch 1.13) depended on the batch, so a size not
+  // compared is not proven. Rows in a batch are compared with the same rows
+  // forwarded alone (batch 1), which the batch-1 comparison already covers.
+  // What saves the time on a restart is the verification cache.
   verify.batch_sizes = options.warmup_batch_sizes;
+  std::sort(verify.batch_sizes.begin(), verify.batch_sizes.end());
+  verify.batch_sizes.erase(std::unique(verify.batch_sizes.begin(), verify.batch_sizes.end()),
+                           verify.batch_sizes.end());
   verify.tolerance = options.verify_tolerance;
   verify.batch_invariance = options.verify_batch_invariance;
   verify.precision = options.precision;
   GraphVerifier verifier(*path_, std::move(verify), clock_);
-  ASSIGN_OR_RETURN(VerifiedGraph graph, verifier.Optimize(plain32, level, compute_dtype_));
+  ASSIGN_OR_RETURN(VerifiedGraph graph, OptimizeOrReuse(options, level, plain32, verifier));
+  ReportPhase(options, "optimize", graph.optimize_time);
+  ReportPhase(options, "verify", graph.verify_time);
   info_.optimization = graph.level;
   info_.optimization_reason = std::move(graph.reason);
   module_ = std::move(graph.module);
   return absl::OkStatus();
+}
+
+absl::StatusOr<VerifiedGraph> TorchRunner::OptimizeOrReuse(const RuntimeOptions& options,
+                                                           Level level,
+                                                           torch::jit::Module& plain32,
+                                                           GraphVerifier& verifier) {
+  const VerificationCache cache = VerificationCache::Open(options.cache_dir);
+  std::optional<VerificationKey> key;
+  if (cache.enabled()) {
+    const absl::Time start = clock_->TimeNow();
+    absl::StatusOr<std::string> sha = FileSha256(options.model_path);
+    LOG_IF(WARNING, !sha.ok()) << "runtime: verification cache off: " << sha.status();
+    if (sha.ok()) {
+      key = VerificationKey{*sha, TORCH_VERSION, info_.device, options.precision,
+                            kLevelNames[static_cast<int>(level)],
+                            absl::StrJoin(options.warmup_batch_sizes, ","),
+                            ComparisonKey(options, info_.inputs)};
+      LOG(INFO) << "runtime: model SHA-256 " << *sha << " in " << ElapsedMs(clock_, start)
+                << " ms";
+    }
+  }
+  if (key.has_value()) {
+    if (std::optional<VerificationRecord> hit = cache.Lookup(*key)) {
+      absl::StatusOr<VerifiedGraph> graph =
+          verifier.Rebuild(plain32, LevelNamed(hit->level), compute_dtype_,
+                           absl::StrCat(hit->reason, " (cached in ", cache.PathFor(*key), ")"));
+      if (graph.ok()) return graph;
+      LOG(WARNING) << "runtime: cached level " << hit->level << " ignored: " << graph.status()
+                   << "; verifying";
+    }
+  }
+  ASSIGN_OR_RETURN(VerifiedGraph graph, verifier.Optimize(plain32, level, compute_dtype_));
+  if (key.has_value()) cache.Store(*key, VerificationRecord{graph.level, graph.reason});
+  return graph;
 }
 
 // Warm-up: twice per size, because TorchScript's profiling executor

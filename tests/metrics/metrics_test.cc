@@ -225,6 +225,33 @@ TEST(MetricsTest, MemoryFiguresAppearOnlyWhenReported) {
               Optional(Eq(5000)));
 }
 
+TEST(MetricsTest, RecordsEachLoadPhaseByName) {
+  auto metrics = MakeMetrics();
+  EXPECT_THAT(Sample(metrics->Scrape(), R"(metalserve_model_load_phase_seconds{phase="verify"})"),
+              Optional(Eq(0)));
+  metrics->SetLoadPhase("read", absl::Milliseconds(300));
+  metrics->SetLoadPhase("verify", absl::Milliseconds(2500));
+  metrics->SetLoadPhase("warmup", absl::Milliseconds(750));
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_model_load_phase_seconds{phase="read"})"),
+              Optional(Eq(0.3)));
+  EXPECT_THAT(Sample(s, R"(metalserve_model_load_phase_seconds{phase="verify"})"),
+              Optional(Eq(2.5)));
+  EXPECT_THAT(Sample(s, R"(metalserve_model_load_phase_seconds{phase="warmup"})"),
+              Optional(Eq(0.75)));
+}
+
+TEST(MetricsTest, RecordsMeasuredForwardPerDeviceAndBatchSize) {
+  auto metrics = MakeMetrics();
+  metrics->SetDeviceForward("cpu", 1, absl::Milliseconds(2));
+  metrics->SetDeviceForward("mps", 32, absl::Milliseconds(8));
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="1",device="cpu"})"),
+              Optional(Eq(0.002)));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="32",device="mps"})"),
+              Optional(Eq(0.008)));
+}
+
 TEST(MetricsTest, RecordsCacheClearsModelTimesBuildInfoAndReadiness) {
   auto metrics = MakeMetrics();
   metrics->CacheCleared("watermark", absl::Milliseconds(5));

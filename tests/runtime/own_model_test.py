@@ -176,8 +176,10 @@ class LoadLogTest(unittest.TestCase):
     def test_each_load_phase_is_logged_with_its_duration_in_order(self):
         model = os.path.join(ARGS.build, "models", "tiny_cnn.pt")
         work = tempfile.mkdtemp(prefix="load_log_")
+        # A fresh verification cache, so the verification is logged.
         server = Server(f"{os.path.join(ARGS.build, 'metalserve')} --model={model}"
-                        " --device=cpu --optimize=full --max_batch_size=4", work)
+                        f" --device=cpu --optimize=full --max_batch_size=4"
+                        f" --cache_dir={work}/cache", work)
         try:
             server.wait_ready()
             log = server.text()
@@ -203,6 +205,29 @@ class LoadLogTest(unittest.TestCase):
             m = re.compile(phase).search(log, at)
             self.assertIsNotNone(m, f"no /{phase}/ after offset {at} in:\n{log}")
             at = m.end()
+
+
+    def test_second_start_reuses_the_cached_verification(self):
+        model = os.path.join(ARGS.build, "models", "tiny_cnn.pt")
+        work = tempfile.mkdtemp(prefix="load_cache_")
+        logs = []
+        try:
+            for run in ("first", "second"):
+                os.mkdir(os.path.join(work, run))
+                server = Server(f"{os.path.join(ARGS.build, 'metalserve')} --model={model}"
+                                f" --device=cpu --optimize=full --max_batch_size=4"
+                                f" --cache_dir={work}/cache", os.path.join(work, run))
+                try:
+                    server.wait_ready()
+                    logs.append(server.text())
+                finally:
+                    server.stop()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        self.assertRegex(logs[0], r"verifying it against the plain model")
+        self.assertRegex(logs[0], r"runtime: verification result cached in \S+")
+        self.assertNotRegex(logs[1], r"verifying it against the plain model")
+        self.assertRegex(logs[1], r"verification skipped, its result cached")
 
 
 def main():

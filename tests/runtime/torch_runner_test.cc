@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,85 @@ TEST(TorchRunnerTest, AutoDevicePrefersAcceleratorThenCpu) {
                            : CreateTorchRunner(cuda).ok() ? "cuda:0"
                                                           : "cpu";
   EXPECT_EQ(runner->info().device, want);
+}
+
+// A machine that claims MPS, whose probe fails as it does in a VM.
+class VmMpsPlatform final : public DevicePlatform {
+ public:
+  bool Available(const std::string& device, std::string* why) const override {
+    *why = "not here";
+    return device == "mps";
+  }
+  absl::Status Probe(const std::string&) const override {
+    return absl::InternalError("MPS backend out of memory (MPS allocated: 0 bytes)");
+  }
+};
+
+TEST(TorchRunnerTest, AutoServesOnCpuWhenTheClaimedMpsFailsItsProbe) {
+  RuntimeOptions o = Options("identity");
+  o.device = "auto";
+  o.device_platform = std::make_shared<VmMpsPlatform>();
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->info().device, "cpu");
+}
+
+TEST(TorchRunnerTest, ExplicitMpsThatFailsItsProbeStopsTheLoad) {
+  RuntimeOptions o = Options("identity");
+  o.device = "mps";
+  o.device_platform = std::make_shared<VmMpsPlatform>();
+  EXPECT_THAT(CreateTorchRunner(o),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("fails its probe"), HasSubstr("MPS allocated: 0 bytes"))));
+}
+
+TEST(TorchRunnerTest, RealProbeRunsOnCpuAndMissingAcceleratorsSayWhy) {
+  const std::unique_ptr<DevicePlatform> platform = CreateTorchPlatform();
+  EXPECT_THAT(platform->Probe("cpu"), IsOk());
+  std::string why;
+  if (!platform->Available("mps", &why)) EXPECT_THAT(why, HasSubstr("MPS is not available"));
+  why.clear();
+  if (!platform->Available("cuda:0", &why)) EXPECT_THAT(why, HasSubstr("not available"));
+}
+
+// A machine whose MPS passes the probe but cannot hold the model (here: there
+// is no MPS, so the load on it fails as a real load failure would).
+class ClaimedMpsPlatform final : public DevicePlatform {
+ public:
+  bool Available(const std::string& device, std::string* why) const override {
+    *why = "not here";
+    return device == "mps";
+  }
+  absl::Status Probe(const std::string&) const override { return absl::OkStatus(); }
+};
+
+TEST(TorchRunnerTest, AutoMeasuresEachWorkingDeviceAndServesOnOneThatLoads) {
+  RuntimeOptions o = Options("tiny_cnn");
+  o.device = "auto";
+  o.device_platform = std::make_shared<ClaimedMpsPlatform>();
+  std::map<std::string, std::vector<int64_t>> measured;
+  o.on_device_forward = [&](const std::string& device, int64_t batch, absl::Duration took) {
+    EXPECT_GT(took, absl::ZeroDuration());
+    measured[device].push_back(batch);
+  };
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->info().device, "cpu");
+  EXPECT_EQ(measured.size(), 1u);  // mps failed to load: nothing measured
+  EXPECT_THAT(measured["cpu"], ::testing::ElementsAre(1, 2));
+  EXPECT_THAT(runner->Run({Floats({1, 3, 8, 8}, Ramp(192, 0))}), IsOk());
+}
+
+TEST(TorchRunnerTest, AutoWithoutAWorkingAcceleratorLoadsOnceOnCpuWithoutMeasuring) {
+  RuntimeOptions o = Options("identity");
+  o.device = "auto";
+  o.device_platform = std::make_shared<VmMpsPlatform>();
+  int measured = 0;
+  o.on_device_forward = [&](const std::string&, int64_t, absl::Duration) { ++measured; };
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->info().device, "cpu");
+  EXPECT_EQ(measured, 0);
 }
 
 // Runs only where CUDA is present (the GPU host): exact identity through

@@ -1,0 +1,119 @@
+// CreateTorchRunner: `--device=auto` chooses the device by measuring the
+// model on each working device (device_choice.h); every other request goes
+// straight to TorchRunner::Create.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "server/runtime/device_choice.h"
+#include "server/runtime/torch_device.h"
+#include "server/runtime/torch_runner.h"
+#include "server/runtime/torch_runner_internal.h"
+
+namespace metalserve {
+namespace {
+
+constexpr int kTimedForwards = 3;  // the median is kept
+
+// Zero inputs of `rows` rows for the runner's signature (a free dimension
+// counts 1, as the load's probe inputs do).
+std::vector<Tensor> ZeroInputs(const ModelInfo& info, int64_t rows) {
+  std::vector<Tensor> inputs;
+  for (const TensorSpec& spec : info.inputs) {
+    Tensor t;
+    t.name = spec.name;
+    t.dtype = spec.dtype;
+    t.shape = spec.shape;
+    t.shape[0] = rows;
+    int64_t n = ItemSize(spec.dtype);
+    for (int64_t& d : t.shape) {
+      d = std::max<int64_t>(d, 1);
+      n *= d;
+    }
+    t.data.assign(static_cast<size_t>(n), '\0');
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
+
+// The median forward time at each size, through Run (host copies included:
+// the transfer is part of what a device costs).
+DeviceTiming Measure(Runner& runner, const std::vector<int64_t>& sizes, Clock* clock) {
+  DeviceTiming timing;
+  for (int64_t b : sizes) {
+    const std::vector<Tensor> inputs = ZeroInputs(runner.info(), b);
+    std::vector<absl::Duration> runs;
+    for (int i = 0; i < kTimedForwards; ++i) {
+      const absl::Time start = clock->TimeNow();
+      const auto out = runner.Run(inputs);
+      if (!out.ok()) {
+        timing.status = absl::Status(out.status().code(), absl::StrCat("forward at batch ", b, ": ",
+                                                                       out.status().message()));
+        return timing;
+      }
+      runs.push_back(clock->TimeNow() - start);
+    }
+    std::sort(runs.begin(), runs.end());
+    timing.forward[b] = runs[runs.size() / 2];
+  }
+  return timing;
+}
+
+}  // namespace
+
+std::unique_ptr<DevicePlatform> CreateTorchPlatform() {
+  return std::make_unique<torch_internal::TorchPlatform>();
+}
+
+absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(const RuntimeOptions& options) {
+  // A device thread belongs to one device: with one given, auto keeps the
+  // fixed order.
+  if (options.device != "auto" || options.device_thread != nullptr) {
+    return torch_internal::TorchRunner::Create(options);
+  }
+  const torch_internal::TorchPlatform torch_platform;
+  const DevicePlatform& platform =
+      options.device_platform != nullptr ? *options.device_platform : torch_platform;
+  Clock* clock = options.clock != nullptr ? options.clock : Clock::RealClock();
+  std::map<std::string, std::unique_ptr<Runner>> runners;
+  std::map<std::string, absl::Status> load_errors;
+  const MeasureDevice measure = [&](const std::string& device) {
+    RuntimeOptions o = options;
+    o.device = device;
+    absl::StatusOr<std::unique_ptr<Runner>> runner = torch_internal::TorchRunner::Create(o);
+    DeviceTiming timing;
+    if (!runner.ok()) {
+      timing.status = runner.status();
+      load_errors[device] = runner.status();
+      return timing;
+    }
+    timing = Measure(**runner, options.warmup_batch_sizes, clock);
+    for (const auto& [b, took] : timing.forward) {
+      if (options.on_device_forward) options.on_device_forward(device, b, took);
+    }
+    runners[device] = *std::move(runner);
+    return timing;
+  };
+  const std::vector<std::string> accelerators = WorkingAccelerators(platform);
+  if (accelerators.empty()) {
+    LOG(INFO) << "runtime: device auto: no working accelerator, serving on cpu (nothing to "
+                 "measure)";
+    RuntimeOptions o = options;
+    o.device = "cpu";
+    return torch_internal::TorchRunner::Create(o);
+  }
+  absl::StatusOr<MeasuredChoice> choice =
+      ChooseByMeasurement(accelerators, options.warmup_batch_sizes, measure);
+  if (!choice.ok()) {
+    auto cpu = load_errors.find("cpu");
+    return cpu != load_errors.end() ? cpu->second : choice.status();
+  }
+  return std::move(runners[choice->device]);
+}
+
+}  // namespace metalserve
