@@ -115,6 +115,29 @@ void BatchExecutor::Process(Batch batch) {
   runner_->BetweenBatches(/*idle=*/false);
 }
 
+namespace {
+
+// Rows [first, first + rows) of every output of a batch.
+std::vector<Tensor> RowsOfOutputs(const std::vector<Tensor>& outputs, int64_t first,
+                                  int64_t rows) {
+  std::vector<Tensor> mine;
+  mine.reserve(outputs.size());
+  for (const Tensor& o : outputs) {
+    Tensor slice;
+    slice.name = o.name;
+    slice.dtype = o.dtype;
+    slice.shape = o.shape;
+    slice.shape[0] = rows;
+    const int64_t row_bytes = o.RowBytes();
+    slice.data = o.data.substr(static_cast<size_t>(first * row_bytes),
+                               static_cast<size_t>(rows * row_bytes));
+    mine.push_back(std::move(slice));
+  }
+  return mine;
+}
+
+}  // namespace
+
 void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks) {
   int64_t rows = 0;
   for (InferTask* t : tasks) rows += t->rows();
@@ -165,21 +188,8 @@ void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks) {
       task->Finish(out.status(), stats);
       continue;
     }
-    std::vector<Tensor> mine;
-    mine.reserve(out->size());
-    for (const Tensor& o : *out) {
-      Tensor slice;
-      slice.name = o.name;
-      slice.dtype = o.dtype;
-      slice.shape = o.shape;
-      slice.shape[0] = task->rows();
-      const int64_t row_bytes = o.RowBytes();
-      slice.data = o.data.substr(static_cast<size_t>(offset * row_bytes),
-                                 static_cast<size_t>(task->rows() * row_bytes));
-      mine.push_back(std::move(slice));
-    }
+    task->Finish(RowsOfOutputs(*out, offset, task->rows()), stats);
     offset += task->rows();
-    task->Finish(std::move(mine), stats);
   }
 }
 

@@ -97,21 +97,15 @@ absl::StatusOr<RestOptions> RestOptionsOf(const ServerOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
-    const ServerOptions& options, Runner* runner, Metrics* metrics,
-    Clock* clock) {
-  if (clock == nullptr) clock = Clock::RealClock();
-  RETURN_IF_ERROR(options.Validate());
-  ASSIGN_OR_RETURN(auto creds, Credentials(options));
-  std::unique_ptr<InferenceServer> s(new InferenceServer());
-  s->metrics_ = metrics;
-  s->executor_ = std::make_unique<BatchExecutor>(
-      runner, options.batching, options.device_concurrency, metrics, clock);
-  BatchExecutor* executor = s->executor_.get();
+absl::Status InferenceServer::StartBatching(const ServerOptions& options, Runner* runner,
+                                            Metrics* metrics, Clock* clock) {
+  executor_ = std::make_unique<BatchExecutor>(runner, options.batching,
+                                              options.device_concurrency, metrics, clock);
+  BatchExecutor* executor = executor_.get();
   // Each model run refines the adaptive policy's cost curve. Set before the
   // batcher's threads start; the server owns both.
-  executor->set_on_cost([server = s.get()](int64_t rows, absl::Duration cost) {
-    server->batcher_->ObserveBatchCost(rows, cost);
+  executor->set_on_cost([this](int64_t rows, absl::Duration cost) {
+    batcher_->ObserveBatchCost(rows, cost);
   });
   // The queue depth gauge follows every change of the queue: arrivals,
   // batches, expiries, cancellations and the drain.
@@ -133,10 +127,52 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     }
   }
   ASSIGN_OR_RETURN(
-      s->batcher_,
+      batcher_,
       Batcher::Create(std::move(batching), clock,
                       [executor](Batch b) { executor->Process(std::move(b)); },
                       on_idle, absl::Seconds(1), on_depth));
+  return absl::OkStatus();
+}
+
+absl::Status InferenceServer::StartGrpc(const ServerOptions& options,
+                                        const std::shared_ptr<grpc::ServerCredentials>& creds) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  if (absl::Status st = AddListeningPorts(options, creds, &builder); !st.ok()) {
+    batcher_->Shutdown();
+    return st;
+  }
+  builder.RegisterService(service_.get());
+  builder.RegisterService(kserve_.get());
+  ConfigureTransport(options, &builder);
+  accepted_ = CountAcceptedCalls(&builder);
+  server_ = builder.BuildAndStart();
+  for (size_t i = 0; i < addresses_.size(); ++i) {
+    if (server_ != nullptr && *bound_ports_[i] != 0) continue;
+    batcher_->Shutdown();
+    for (const std::string& f : socket_files_) RemoveUnixSocket(f);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", addresses_[i],
+        "': the port is in use (another server on it?), the host is not an "
+        "address of this machine, or the socket's folder is not writable"));
+  }
+  for (size_t i = 0; i < addresses_.size() && port_ == 0; ++i) {
+    if (!UnixSocketPath(addresses_[i]).has_value()) port_ = *bound_ports_[i];
+  }
+  if (port_ == 0) port_ = *bound_ports_.front();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
+    const ServerOptions& options, Runner* runner, Metrics* metrics,
+    Clock* clock) {
+  if (clock == nullptr) clock = Clock::RealClock();
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(auto creds, Credentials(options));
+  std::unique_ptr<InferenceServer> s(new InferenceServer());
+  s->metrics_ = metrics;
+  RETURN_IF_ERROR(s->StartBatching(options, runner, metrics, clock));
   // Requests read in place keep gRPC's slices, counted in its memory quota:
   // half of it at most, so the transport always has room to read.
   s->service_ = std::make_unique<InferenceService>(
@@ -144,32 +180,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
       options.MemoryQuotaBytes() / 2);
   s->kserve_ = std::make_unique<KServeService>(
       runner, s->batcher_.get(), metrics, clock, options.version, options.access_log);
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  if (absl::Status st = s->AddListeningPorts(options, creds, &builder); !st.ok()) {
-    s->batcher_->Shutdown();
-    return st;
-  }
-  builder.RegisterService(s->service_.get());
-  builder.RegisterService(s->kserve_.get());
-  ConfigureTransport(options, &builder);
-  s->accepted_ = CountAcceptedCalls(&builder);
-  s->server_ = builder.BuildAndStart();
-  for (size_t i = 0; i < s->addresses_.size(); ++i) {
-    if (s->server_ != nullptr && *s->bound_ports_[i] != 0) continue;
-    s->batcher_->Shutdown();
-    for (const std::string& f : s->socket_files_) RemoveUnixSocket(f);
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on '", s->addresses_[i],
-        "': the port is in use (another server on it?), the host is not an "
-        "address of this machine, or the socket's folder is not writable"));
-  }
-  for (size_t i = 0; i < s->addresses_.size() && s->port_ == 0; ++i) {
-    if (!UnixSocketPath(s->addresses_[i]).has_value()) s->port_ = *s->bound_ports_[i];
-  }
-  if (s->port_ == 0) s->port_ = *s->bound_ports_.front();
+  RETURN_IF_ERROR(s->StartGrpc(options, creds));
   if (!options.http.address.empty()) {
     ASSIGN_OR_RETURN(RestOptions rest, RestOptionsOf(options));
     KServeService* kserve = s->kserve_.get();

@@ -131,6 +131,13 @@ class InferenceServer {
   absl::Status AddListeningPorts(const ServerOptions& options,
                                  const std::shared_ptr<grpc::ServerCredentials>& creds,
                                  grpc::ServerBuilder* builder);
+  // The executor and the batcher feeding it (Start's first half).
+  absl::Status StartBatching(const ServerOptions& options, Runner* runner, Metrics* metrics,
+                             Clock* clock);
+  // Builds and starts the gRPC server on every address; on failure the
+  // batcher is shut down and the socket files removed.
+  absl::Status StartGrpc(const ServerOptions& options,
+                         const std::shared_ptr<grpc::ServerCredentials>& creds);
 
   Metrics* metrics_ = nullptr;
   std::unique_ptr<BatchExecutor> executor_;
