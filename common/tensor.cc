@@ -1,5 +1,6 @@
 #include "common/tensor.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/status/status.h"
@@ -82,6 +83,21 @@ int64_t Tensor::RowBytes() const {
   int64_t n = ItemSize(dtype);
   for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
   return n;
+}
+
+Tensor ZerosOf(const TensorSpec& spec, int64_t rows) {
+  Tensor t;
+  t.name = spec.name;
+  t.dtype = spec.dtype;
+  t.shape = spec.shape;
+  if (!t.shape.empty()) t.shape[0] = rows;
+  int64_t n = ItemSize(spec.dtype);
+  for (int64_t& d : t.shape) {
+    d = std::max<int64_t>(d, 1);
+    n *= d;
+  }
+  t.data.assign(static_cast<size_t>(n), '\0');
+  return t;
 }
 
 }  // namespace metalserve

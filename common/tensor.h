@@ -62,6 +62,10 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
+// A tensor of zeros for `spec` with `rows` rows; any other variable
+// dimension counts 1.
+Tensor ZerosOf(const TensorSpec& spec, int64_t rows);
+
 }  // namespace metalserve
 
 #endif  // METALSERVE_SERVER_COMMON_TENSOR_H_

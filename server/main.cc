@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "common/flags_help.h"
+#include "server/flag_lists.h"
 #include "server/metrics/metrics.h"
 #include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"
@@ -156,6 +157,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 
 namespace {
 
+using metalserve::ParseDurations;
+using metalserve::ParseSizes;
+
 // Set by the handlers, read by the main thread's polling loops (every 20 ms).
 volatile std::sig_atomic_t g_signal = 0;        // last SIGTERM/SIGINT
 volatile std::sig_atomic_t g_signal_count = 0;  // how many so far
@@ -181,21 +185,6 @@ void DumpMetrics(const metalserve::Metrics& metrics, const std::string& path) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
-std::vector<int64_t> ParseSizes(const std::vector<std::string>& items,
-                                absl::string_view flag = "--allowed_batch_sizes") {
-  std::vector<int64_t> out;
-  for (const std::string& s : items) {
-    if (s.empty()) continue;
-    int64_t v;
-    if (!absl::SimpleAtoi(s, &v)) {
-      LOG(ERROR) << flag << ": '" << s << "' is not an integer";
-      std::exit(2);
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
 // Keeps large freed blocks in the heap for the next request. glibc serves
 // blocks over 128 KiB with mmap and gives them back with munmap, so each
 // request's large buffers (a 602 KB image's bytes, parsed out of gRPC's
@@ -209,22 +198,6 @@ void KeepLargeBlocksInHeap() {
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 32 << 20);
   if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif
-}
-
-std::vector<absl::Duration> ParseDurations(const std::vector<std::string>& items,
-                                           absl::string_view flag) {
-  std::vector<absl::Duration> out;
-  for (const std::string& s : items) {
-    absl::Duration d;
-    if (s == "0") {
-      d = absl::ZeroDuration();
-    } else if (!absl::ParseDuration(s, &d)) {
-      LOG(ERROR) << flag << ": '" << s << "' is not a duration (e.g. 50ms)";
-      std::exit(2);
-    }
-    out.push_back(d);
-  }
-  return out;
 }
 
 // The scheduling policy's flags: --batching, --max_request_rows,

@@ -24,20 +24,7 @@ constexpr int kTimedForwards = 3;  // the median is kept
 // counts 1, as the load's probe inputs do).
 std::vector<Tensor> ZeroInputs(const ModelInfo& info, int64_t rows) {
   std::vector<Tensor> inputs;
-  for (const TensorSpec& spec : info.inputs) {
-    Tensor t;
-    t.name = spec.name;
-    t.dtype = spec.dtype;
-    t.shape = spec.shape;
-    t.shape[0] = rows;
-    int64_t n = ItemSize(spec.dtype);
-    for (int64_t& d : t.shape) {
-      d = std::max<int64_t>(d, 1);
-      n *= d;
-    }
-    t.data.assign(static_cast<size_t>(n), '\0');
-    inputs.push_back(std::move(t));
-  }
+  for (const TensorSpec& spec : info.inputs) inputs.push_back(ZerosOf(spec, rows));
   return inputs;
 }
 

@@ -55,15 +55,7 @@ absl::StatusOr<std::unique_ptr<NullRunner>> NullRunner::Create(ModelSignature si
 absl::StatusOr<std::vector<Tensor>> NullRunner::Zeros(int64_t rows) const {
   std::vector<Tensor> out;
   out.reserve(info_.outputs.size());
-  for (const TensorSpec& spec : info_.outputs) {
-    Tensor t;
-    t.name = spec.name;
-    t.dtype = spec.dtype;
-    t.shape = spec.shape;
-    t.shape[0] = rows;
-    t.data.assign(static_cast<size_t>(t.RowBytes() * rows), '\0');
-    out.push_back(std::move(t));
-  }
+  for (const TensorSpec& spec : info_.outputs) out.push_back(ZerosOf(spec, rows));
   return out;
 }
 

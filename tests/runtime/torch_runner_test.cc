@@ -263,9 +263,13 @@ TEST(TorchRunnerTest, RealProbeRunsOnCpuAndMissingAcceleratorsSayWhy) {
   const std::unique_ptr<DevicePlatform> platform = CreateTorchPlatform();
   EXPECT_THAT(platform->Probe("cpu"), IsOk());
   std::string why;
-  if (!platform->Available("mps", &why)) EXPECT_THAT(why, HasSubstr("MPS is not available"));
+  if (!platform->Available("mps", &why)) {
+    EXPECT_THAT(why, HasSubstr("MPS is not available"));
+  }
   why.clear();
-  if (!platform->Available("cuda:0", &why)) EXPECT_THAT(why, HasSubstr("not available"));
+  if (!platform->Available("cuda:0", &why)) {
+    EXPECT_THAT(why, HasSubstr("not available"));
+  }
 }
 
 // A machine whose MPS passes the probe but cannot hold the model (here: there
