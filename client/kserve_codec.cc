@@ -55,6 +55,10 @@ inference::ModelInferRequest ToModelInferRequest(const v1::PredictRequest& reque
     for (int64_t d : t.shape()) in->add_shape(d);
     out.add_raw_input_contents(t.data());
   }
+  // The native field's KServe spelling, as Triton reads it.
+  if (request.priority() != 0) {
+    (*out.mutable_parameters())["priority"].set_int64_param(request.priority());
+  }
   return out;
 }
 

@@ -24,7 +24,8 @@ absl::string_view KServeDatatypeOf(v1::DataType dtype);
 absl::StatusOr<v1::GetModelMetadataResponse> MetadataFromKServe(
     const inference::ModelMetadataResponse& metadata);
 
-// The same tensors as a ModelInferRequest with raw_input_contents.
+// The same tensors as a ModelInferRequest with raw_input_contents; a
+// priority other than 0 as parameters["priority"] (int64).
 inference::ModelInferRequest ToModelInferRequest(const v1::PredictRequest& request);
 
 }  // namespace metalserve::client

@@ -86,6 +86,9 @@ ABSL_FLAG(std::string, dtype, "",
           "GetModelMetadata.");
 ABSL_FLAG(std::string, input_name, "",
           "Input tensor name. Default: from GetModelMetadata.");
+ABSL_FLAG(int32_t, priority, 0,
+          "Priority level of every request, 1 = highest (native field priority, KServe "
+          "parameters[\"priority\"]); 0 = the server's default. Default 0.");
 ABSL_FLAG(absl::Duration, deadline, absl::Seconds(30),
           "Per-request deadline; 0 for none. Default 30s.");
 ABSL_FLAG(int32_t, retries, 0,
@@ -317,6 +320,7 @@ absl::StatusOr<std::unique_ptr<LoadGenerator>> PrepareGenerator(const BenchConfi
                                  absl::GetFlag(FLAGS_batch)));
   ASSIGN_OR_RETURN(v1::PredictRequest request,
                    BuildPredictRequest(inputs, c.source, absl::GetFlag(FLAGS_model_name)));
+  request.set_priority(absl::GetFlag(FLAGS_priority));
   if (!absl::GetFlag(FLAGS_dump_outputs).empty()) {
     RETURN_IF_ERROR(DumpOutputs(channels.front(), request, c.kserve));
   }
