@@ -41,6 +41,22 @@ class SliceReader {
     return false;
   }
 
+  // A tag or a length as protobuf reads them: at most 5 bytes and at most
+  // `max`. Protobuf refuses longer encodings, so the walk must too (a body
+  // protobuf refuses is left to the ordinary parse, which answers it).
+  bool ReadVarint32(uint64_t* v, uint64_t max) {
+    *v = 0;
+    for (int shift = 0; shift < 35; shift += 7) {
+      uint8_t b;
+      if (!ReadByte(&b)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return *v <= max;
+    }
+    return false;
+  }
+  bool ReadTag(uint64_t* v) { return ReadVarint32(v, 0xffffffffu); }
+  bool ReadLength(uint64_t* v) { return ReadVarint32(v, 0x7fffffffu); }
+
   // Moves past `n` bytes, appending them to the sink, or as views to `views`.
   bool Skip(uint64_t n, std::vector<absl::string_view>* views) {
     while (n > 0) {
@@ -91,7 +107,7 @@ bool SkipValue(SliceReader* r, uint32_t type) {
     case kVarint: return r->ReadVarint(&v);
     case kFixed64: return r->Skip(8, nullptr);
     case kFixed32: return r->Skip(4, nullptr);
-    case kLengthDelimited: return r->ReadVarint(&v) && r->Skip(v, nullptr);
+    case kLengthDelimited: return r->ReadLength(&v) && r->Skip(v, nullptr);
     default: return false;  // groups and invalid types: the ordinary parse decides
   }
 }
@@ -105,11 +121,11 @@ bool ReadTensor(SliceReader* r, uint64_t length, std::string* tensor,
     std::string field;
     r->set_sink(&field);
     uint64_t tag;
-    if (!r->ReadVarint(&tag)) return false;
+    if (!r->ReadTag(&tag)) return false;
     const uint32_t type = tag & 7;
     if ((tag >> 3) == kDataField && type == kLengthDelimited) {
       uint64_t n;
-      if (!r->ReadVarint(&n)) return false;
+      if (!r->ReadLength(&n)) return false;
       r->set_sink(nullptr);
       data->clear();
       if (r->position() + n > end || !r->Skip(n, data)) return false;
@@ -137,11 +153,11 @@ bool ParseSlicedPredictRequest(const grpc::ByteBuffer& body, HeldBytesBudget* bu
     std::string field;
     r.set_sink(&field);
     uint64_t tag;
-    if (!r.ReadVarint(&tag)) return false;
+    if (!r.ReadTag(&tag)) return false;
     const uint32_t type = tag & 7;
     if ((tag >> 3) == kInputsField && type == kLengthDelimited) {
       uint64_t length;
-      if (!r.ReadVarint(&length)) return false;
+      if (!r.ReadLength(&length)) return false;
       r.set_sink(nullptr);
       std::string tensor;
       out->data.emplace_back();
