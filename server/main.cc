@@ -123,6 +123,14 @@ ABSL_FLAG(bool, accept_compression, false,
 ABSL_FLAG(int64_t, memory_quota_bytes, 0,
           "Bound in bytes on the memory gRPC's transport holds for all connections; "
           "0 = max(256 MiB, 4 x --max_message_bytes)");
+ABSL_FLAG(int64_t, max_unread_response_bytes_per_connection, 0, "Bytes of answers one "
+          "connection may leave unread before its oldest are cancelled; 0 = 2 x max_message_bytes");
+ABSL_FLAG(int64_t, max_unread_response_bytes, 0, "Bound on unread answers over all "
+          "connections, bytes; 0 = max(per-connection bound, memory quota)");
+ABSL_FLAG(absl::Duration, unread_response_timeout, absl::Seconds(30),
+          "An answer the client has not read within this is cancelled");
+ABSL_FLAG(int, max_concurrent_streams, 0, "Calls one connection may have open at once; "
+          "0 = gRPC's default (no limit)");
 ABSL_FLAG(int64_t, empty_cache_every, 0, "Empty the device cache every N batches; 0 = off");
 ABSL_FLAG(absl::Duration, empty_cache_interval, absl::ZeroDuration(),
           "Empty the device cache this often while idle; 0 = off");
@@ -353,6 +361,11 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   so.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   so.accept_compression = absl::GetFlag(FLAGS_accept_compression);
   so.memory_quota_bytes = absl::GetFlag(FLAGS_memory_quota_bytes);
+  so.max_unread_response_bytes_per_connection =
+      absl::GetFlag(FLAGS_max_unread_response_bytes_per_connection);
+  so.max_unread_response_bytes = absl::GetFlag(FLAGS_max_unread_response_bytes);
+  so.unread_response_timeout = absl::GetFlag(FLAGS_unread_response_timeout);
+  so.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   so.batching.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   so.batching.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
   so.batching.allowed_batch_sizes = ParseSizes(absl::GetFlag(FLAGS_allowed_batch_sizes));

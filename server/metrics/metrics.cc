@@ -94,6 +94,10 @@ class MetricsImpl final : public Metrics {
   void AccessLogLinesDropped(int64_t lines) override {
     server_.access_log_dropped.Increment(static_cast<double>(lines));
   }
+  void UnreadResponsesCut(int64_t calls, int64_t bytes) override {
+    server_.unread_cut.Increment(static_cast<double>(calls));
+    server_.unread_cut_bytes.Increment(static_cast<double>(bytes));
+  }
   void BatchCompleted(int64_t rows, int64_t padding_rows,
                       absl::string_view reason,
                       absl::Duration compute) override;

@@ -10,6 +10,9 @@
 //   batch_padding_rows_total               counter
 //   access_log_dropped_lines_total         counter, --access_log lines dropped
 //                                          because its queue was full
+//   unread_responses_cut_total,            counters: calls cut off because
+//   unread_response_bytes_cut_total        their client did not read the answer
+//                                          (unread_response_guard.h), and its bytes
 //   batches_total{reason}                  counter, why each batch closed
 //   queue_depth_rows, inflight_requests    gauges
 //   queue_capacity_rows                    gauge, when the options give it
@@ -143,6 +146,9 @@ class Metrics {
                                        absl::Duration /*latency*/) {}
   // Lines the access log dropped (its writer fell behind).
   virtual void AccessLogLinesDropped(int64_t lines) = 0;
+  // `calls` calls cut off because their answers (`bytes` in all) were not
+  // read by the client.
+  virtual void UnreadResponsesCut(int64_t /*calls*/, int64_t /*bytes*/) {}
 
   // --- batch executor -----------------------------------------------------
   // `rows`: request rows the batch carried, padding excluded;

@@ -160,7 +160,13 @@ ServerFamilies::ServerFamilies(prometheus::Registry& registry)
       access_log_dropped(SingleCounter(registry,
                                        "metalserve_access_log_dropped_lines_total",
                                        "Access log lines dropped because the "
-                                       "writer's queue was full.")) {}
+                                       "writer's queue was full.")),
+      unread_cut(SingleCounter(registry, "metalserve_unread_responses_cut_total",
+                               "Calls cancelled because their client did not read the "
+                               "answer (its bound or timeout was reached).")),
+      unread_cut_bytes(SingleCounter(registry, "metalserve_unread_response_bytes_cut_total",
+                                     "Bytes of the answers of the calls counted in "
+                                     "metalserve_unread_responses_cut_total.")) {}
 
 std::vector<prometheus::MetricFamily> MonitorCollectable::Collect() const {
   const MonitorSnapshot s = monitor_->Snapshot();

@@ -153,13 +153,16 @@ struct RuntimeFamilies {
 };
 
 // The server's own state: build_info{...}, ready,
-// access_log_dropped_lines_total.
+// access_log_dropped_lines_total, unread_responses_cut_total,
+// unread_response_bytes_cut_total.
 struct ServerFamilies {
   explicit ServerFamilies(prometheus::Registry& registry);
 
   prometheus::Family<prometheus::Gauge>& build_info;
   prometheus::Gauge& ready;
   prometheus::Counter& access_log_dropped;
+  prometheus::Counter& unread_cut;
+  prometheus::Counter& unread_cut_bytes;
 };
 
 // Exposes the rolling monitor as gauges computed at collection time, so the

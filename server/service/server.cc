@@ -17,6 +17,7 @@
 #include "server/service/inference_service.h"
 #include "server/service/kserve_service.h"
 #include "server/service/listen_address.h"
+#include "server/service/unread_response_guard.h"
 
 namespace metalserve {
 namespace {
@@ -49,12 +50,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   return grpc::SslServerCredentials(ssl);
 }
 
-// Installs the AcceptedCalls interceptor on `builder`; returns its counter.
-std::shared_ptr<AcceptedCalls::State> CountAcceptedCalls(grpc::ServerBuilder* builder) {
+// Installs the AcceptedCalls interceptor and `guard` on `builder`; returns
+// the counter of accepted calls.
+std::shared_ptr<AcceptedCalls::State> InstallInterceptors(
+    grpc::ServerBuilder* builder, std::unique_ptr<UnreadResponseGuard> guard) {
   auto accepted = std::make_unique<AcceptedCalls>();
   std::shared_ptr<AcceptedCalls::State> state = accepted->state();
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> v;
   v.push_back(std::move(accepted));
+  v.push_back(std::move(guard));
   builder->experimental().SetInterceptorCreators(std::move(v));
   return state;
 }
@@ -71,6 +75,12 @@ void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder* build
   if (!options.accept_compression) {
     builder->AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
                                 1 << GRPC_COMPRESS_NONE);
+  }
+  // A bound on the calls one connection holds open (answers it does not read
+  // included); further ones wait in the client.
+  if (options.max_concurrent_streams > 0) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                options.max_concurrent_streams);
   }
   grpc::ResourceQuota quota("metalserve");
   quota.Resize(static_cast<size_t>(options.MemoryQuotaBytes()));
@@ -146,7 +156,15 @@ absl::Status InferenceServer::StartGrpc(const ServerOptions& options,
   builder.RegisterService(service_.get());
   builder.RegisterService(kserve_.get());
   ConfigureTransport(options, &builder);
-  accepted_ = CountAcceptedCalls(&builder);
+  // The steady clock, not the server's: the guard's sweeper must not wait on
+  // a test's simulated clock.
+  absl::StatusOr<std::unique_ptr<UnreadResponseGuard>> guard =
+      UnreadResponseGuard::Create(options.UnreadLimits(), metrics_, Clock::SteadyClock());
+  if (!guard.ok()) {
+    batcher_->Shutdown();
+    return guard.status();
+  }
+  accepted_ = InstallInterceptors(&builder, std::move(*guard));
   server_ = builder.BuildAndStart();
   for (size_t i = 0; i < addresses_.size(); ++i) {
     if (server_ != nullptr && *bound_ports_[i] != 0) continue;
@@ -194,6 +212,9 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
             << (options.tls_client_ca_path.empty() ? "" : " (mutual)")
             << ", max_message_bytes=" << options.max_message_bytes
             << " memory_quota_bytes=" << options.MemoryQuotaBytes()
+            << " max_unread_response_bytes_per_connection="
+            << options.UnreadLimits().max_bytes_per_connection
+            << " max_unread_response_bytes=" << options.UnreadLimits().max_bytes
             << " compression=" << (options.accept_compression ? "accepted" : "refused");
   return s;
 }

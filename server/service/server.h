@@ -28,6 +28,7 @@
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
 #include "server/service/accepted_calls.h"
+#include "server/service/unread_responses.h"
 #include "server/service/rest_server.h"
 
 namespace grpc {
@@ -82,6 +83,18 @@ struct ServerOptions {
   // gRPC shrinks flow-control windows and then cancels streams. 0: sized
   // from the other options, see MemoryQuotaBytes().
   int64_t memory_quota_bytes = 0;
+  // Bounds on answers handed to gRPC whose sending has not completed, i.e.
+  // answers a client does not read (unread_response_guard.h): past the
+  // connection's or the server's bound, or when older than the timeout, the
+  // connection's oldest such calls are cancelled (RESOURCE_EXHAUSTED). 0:
+  // derived, per connection 2 x max_message_bytes, in all the larger of that
+  // and MemoryQuotaBytes(). Timeout default 30 s.
+  int64_t max_unread_response_bytes_per_connection = 0;
+  int64_t max_unread_response_bytes = 0;
+  absl::Duration unread_response_timeout = absl::Seconds(30);
+  // HTTP/2 streams (calls) one connection may have open at once; a client
+  // opening more waits for one to end. 0: gRPC's default (no limit).
+  int max_concurrent_streams = 0;
   // The KServe v2 REST API (rest_server.h); http.address empty: off. Start()
   // fills its body limit, TLS files and version from the fields above.
   RestOptions http;
@@ -89,6 +102,8 @@ struct ServerOptions {
   // memory_quota_bytes, or when 0: max(256 MiB, 4 x max_message_bytes), room
   // for four largest requests arriving at once.
   int64_t MemoryQuotaBytes() const;
+  // The unread-answer bounds above with the defaults filled in.
+  UnreadResponsesOptions UnreadLimits() const;
   // OK, or INVALID_ARGUMENT naming the field and its value: an address
   // without a port or with one outside [0, 65535], an empty or repeated entry
   // in the address list, a socket path too long or in a missing folder, max_message_bytes outside

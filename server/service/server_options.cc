@@ -166,6 +166,14 @@ absl::Status ServerOptions::Validate() const {
         "memory_quota_bytes must be 0 (sized from max_message_bytes) or at least "
         "max_message_bytes (", max_message_bytes, "), got ", memory_quota_bytes));
   }
+  if (max_unread_response_bytes_per_connection < 0 || max_unread_response_bytes < 0 ||
+      max_concurrent_streams < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_unread_response_bytes_per_connection (", max_unread_response_bytes_per_connection,
+        "), max_unread_response_bytes (", max_unread_response_bytes,
+        ") and max_concurrent_streams (", max_concurrent_streams, ") must be >= 0"));
+  }
+  RETURN_IF_ERROR(UnreadResponses::Create(UnreadLimits(), Clock::SteadyClock()).status());
   RETURN_IF_ERROR(batching.Validate());
   return ValidateTls(*this);
 }
@@ -173,6 +181,18 @@ absl::Status ServerOptions::Validate() const {
 int64_t ServerOptions::MemoryQuotaBytes() const {
   if (memory_quota_bytes > 0) return memory_quota_bytes;
   return std::max<int64_t>(int64_t{256} << 20, 4 * max_message_bytes);
+}
+
+UnreadResponsesOptions ServerOptions::UnreadLimits() const {
+  UnreadResponsesOptions u;
+  u.max_bytes_per_connection = max_unread_response_bytes_per_connection > 0
+                                   ? max_unread_response_bytes_per_connection
+                                   : 2 * max_message_bytes;
+  u.max_bytes = max_unread_response_bytes > 0
+                    ? max_unread_response_bytes
+                    : std::max(u.max_bytes_per_connection, MemoryQuotaBytes());
+  u.max_age = unread_response_timeout;
+  return u;
 }
 
 absl::StatusOr<std::string> ReadTlsFile(const std::string& path, absl::string_view flag) {
