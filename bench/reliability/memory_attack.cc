@@ -6,9 +6,10 @@
 //   bomb        one call whose body is --bytes zeros (an unknown protobuf
 //               field), sent gzip-compressed: about --bytes/1000 on the wire
 //   parallel    --calls concurrent uncompressed calls of --bytes each
-//   never_read  --calls valid Predict calls whose answers are never read,
-//               held open for --hold_s (HTTP/2 BDP probing off, so the
-//               client's receive window stays at 64 KiB)
+//   never_read  --calls valid Predict calls whose answers are not read
+//               for --hold_s (HTTP/2 BDP probing off, so the client's
+//               receive window stays at 64 KiB); then read, so that calls
+//               the server cut off meanwhile show its status
 //
 // Run:
 //   build/bench/reliability/memory_attack --target=127.0.0.1:8500 --scenario=bomb --bytes=1073741824
@@ -103,8 +104,11 @@ metalserve::v1::PredictRequest ValidRequest(const std::shared_ptr<grpc::Channel>
   return req;
 }
 
-// Starts `calls` Predict calls and never asks for their answers.
-void NeverRead(const std::shared_ptr<grpc::Channel>& ch, int calls, double hold_s) {
+// Starts `calls` Predict calls and asks for none of their answers for
+// `hold_s`; then reads them all and returns the count of each outcome (a
+// call the server cut off meanwhile ends with the server's status).
+std::map<std::string, int> NeverRead(const std::shared_ptr<grpc::Channel>& ch, int calls,
+                                     double hold_s) {
   auto stub = metalserve::v1::Inference::NewStub(ch);
   const metalserve::v1::PredictRequest req = ValidRequest(ch);
   grpc::CompletionQueue cq;
@@ -113,14 +117,31 @@ void NeverRead(const std::shared_ptr<grpc::Channel>& ch, int calls, double hold_
       metalserve::v1::PredictResponse>>> readers;
   for (int i = 0; i < calls; ++i) {
     ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    ctxs.back()->set_deadline(absl::ToChronoTime(
+        absl::Now() + absl::Seconds(hold_s + absl::GetFlag(FLAGS_deadline_s))));
     readers.push_back(stub->PrepareAsyncPredict(ctxs.back().get(), req, &cq));
     readers.back()->StartCall();
   }
-  std::printf("never_read: %d calls started, holding %.1f s\n", calls, hold_s);
+  std::printf("never_read: %d calls of %zu bytes started, holding %.1f s\n", calls,
+              req.ByteSizeLong(), hold_s);
   std::fflush(stdout);
   absl::SleepFor(absl::Seconds(hold_s));
-  for (auto& c : ctxs) c->TryCancel();
+  std::vector<metalserve::v1::PredictResponse> resps(calls);
+  std::vector<grpc::Status> statuses(calls);
+  for (int i = 0; i < calls; ++i) {
+    readers[i]->Finish(&resps[i], &statuses[i], reinterpret_cast<void*>(intptr_t{i}));
+  }
+  std::map<std::string, int> outcomes;
+  void* tag;
+  bool ok;
+  for (int done = 0; done < calls && cq.Next(&tag, &ok); ++done) {
+    const grpc::Status& s = statuses[reinterpret_cast<intptr_t>(tag)];
+    ++outcomes[absl::StrCat(s.error_code(), " ", s.error_message().substr(0, 80))];
+  }
   cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return outcomes;
 }
 
 }  // namespace
@@ -135,18 +156,17 @@ int main(int argc, char** argv) {
                                       grpc::InsecureChannelCredentials(), args);
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
   const absl::Time start = absl::Now();
-  if (scenario == "never_read") {
-    NeverRead(ch, absl::GetFlag(FLAGS_calls), absl::GetFlag(FLAGS_hold_s));
-    return 0;
-  }
-  if (scenario != "bomb" && scenario != "parallel") {
+  if (scenario != "bomb" && scenario != "parallel" && scenario != "never_read") {
     std::fprintf(stderr, "--scenario: bomb, parallel or never_read, not '%s'\n",
                  scenario.c_str());
     return 2;
   }
   const bool bomb = scenario == "bomb";
-  const auto outcomes = SendAll(ch, ZeroBody(absl::GetFlag(FLAGS_bytes)),
-                                bomb ? 1 : absl::GetFlag(FLAGS_calls), bomb);
+  const auto outcomes =
+      scenario == "never_read"
+          ? NeverRead(ch, absl::GetFlag(FLAGS_calls), absl::GetFlag(FLAGS_hold_s))
+          : SendAll(ch, ZeroBody(absl::GetFlag(FLAGS_bytes)),
+                    bomb ? 1 : absl::GetFlag(FLAGS_calls), bomb);
   for (const auto& [what, n] : outcomes) {
     std::printf("%s: %d x code %s\n", scenario.c_str(), n, what.c_str());
   }

@@ -13,7 +13,10 @@ server promises: a gzip bomb refused UNIMPLEMENTED by default with the
 peak growing by less than 64 MiB, parallel messages over
 --max_message_bytes refused RESOURCE_EXHAUSTED, and 4 x 128 MiB sent at
 once against a 64 MiB --memory_quota_bytes cut off with the peak growing by
-less than 256 MiB. Standard library only.
+less than 256 MiB; 48 answers of 4 MiB on one connection whose window is
+held at zero (window_zero.py) cut off at the per-connection bound with a
+log line, and 3 such answers cut off at --unread_response_timeout. Standard
+library only.
 
 Run (figures in docs/reliability.md):
   python3 bench/reliability/memory_attack.py --server build/metalserve \\
@@ -21,6 +24,7 @@ Run (figures in docs/reliability.md):
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -28,7 +32,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "tests", "testing"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import proc_util  # noqa: E402
+import window_zero as window_zero_client  # noqa: E402
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -45,11 +51,23 @@ def mem(pid):
     return vals["VmRSS"], vals["VmHWM"]
 
 
-def run(args, server_flags, attack_flags, timeout=300):
-    """Runs one scenario on a fresh server; returns a result dict."""
+def big_answer_model():
+    """A null-runner signature whose answer is 4 MiB a row (1 Mi float32)."""
+    path = f"/tmp/memory_attack_{os.getpid()}_big_answer.json"
+    with open(path, "w") as f:
+        json.dump({"name": "big_answer", "version": "1",
+                   "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
+                   "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 1 << 20]}]}, f)
+    return "null:" + path
+
+
+def run(args, server_flags, attack_flags, timeout=300, model=None):
+    """Runs one scenario on a fresh server; returns a result dict. A callable
+    `attack_flags` is the attack itself: called with the port, it returns
+    what the calls got."""
     port = proc_util.free_port()
     log = f"/tmp/memory_attack_{os.getpid()}_{port}.log"
-    cmd = [args.server, "--model=" + args.model, "--device=cpu", "--threads=1",
+    cmd = [args.server, "--model=" + (model or args.model), "--device=cpu", "--threads=1",
            "--metrics_address=", f"--address=127.0.0.1:{port}", "--http_address="] + server_flags
     with open(log, "w") as out:
         srv = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
@@ -60,15 +78,19 @@ def run(args, server_flags, attack_flags, timeout=300):
         proc_util.wait_for("server ready", ready, time.monotonic() + 120)
         before, _ = mem(srv.pid)
         t0 = time.monotonic()
-        att = subprocess.run([args.attack, f"--target=127.0.0.1:{port}"] + attack_flags,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             timeout=timeout)
+        if callable(attack_flags):
+            lines = [str(attack_flags(port))]
+        else:
+            att = subprocess.run([args.attack, f"--target=127.0.0.1:{port}"] + attack_flags,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 timeout=timeout)
+            lines = [l for l in att.stdout.decode(errors="replace").splitlines()
+                     if "code" in l or "started" in l]
         took = time.monotonic() - t0
         after, peak = mem(srv.pid)
-        lines = [l for l in att.stdout.decode(errors="replace").splitlines()
-                 if "code" in l or "started" in l]
+        cut = sum(1 for l in open(log) if "cut off a call from" in l)
         return {"before": before, "peak": peak, "after": after, "took": took,
-                "outcome": "; ".join(lines)}
+                "outcome": "; ".join(lines), "cut_lines": cut}
     finally:
         srv.terminate()
         try:
@@ -79,11 +101,11 @@ def run(args, server_flags, attack_flags, timeout=300):
         os.unlink(log)
 
 
-def report(name, server_flags, attack_flags, args):
-    r = run(args, server_flags, attack_flags)
+def report(name, server_flags, attack_flags, args, model=None):
+    r = run(args, server_flags, attack_flags, model=model)
     print(f"{name:<34} rss_before={r['before']:7.0f} MiB peak={r['peak']:7.0f} MiB "
-          f"rss_after={r['after']:7.0f} MiB ({r['took']:.1f} s) | {r['outcome']}",
-          flush=True)
+          f"rss_after={r['after']:7.0f} MiB ({r['took']:.1f} s) | {r['outcome']} "
+          f"| {r['cut_lines']} cut-off log lines", flush=True)
     return r
 
 
@@ -113,9 +135,43 @@ def check(args):
     if r["peak"] - r["before"] > 256:
         failures.append(f"4 x 128 MiB raised the peak by {r['peak'] - r['before']:.0f} MiB "
                         "with a 64 MiB quota")
+    failures += check_unread(args)
     for f in failures:
         print("FAIL", f)
     return 1 if failures else 0
+
+
+def window_zero(calls, hold_s):
+    """The attack: `calls` Predict calls on one connection whose client holds
+    every stream's window at zero (window_zero.py)."""
+    request = window_zero_client.predict_request("x", 16)
+    return lambda port: window_zero_client.hold_unread(port, calls, hold_s, request)
+
+
+def check_unread(args):
+    """Answers never read: 48 x 4 MiB on one connection whose window is held
+    at zero, against a 16 MiB per-connection bound (2 x --max_message_bytes),
+    are cut off (before: all 192 MiB were kept, peak +212 MiB); answers
+    unread past --unread_response_timeout too."""
+    failures = []
+    r = report("window-zero 48 x 4 MiB answers",
+               ["--max_message_bytes=8388608", "--max_batch_size=1"],
+               window_zero(48, 3), args, model=big_answer_model())
+    if r["cut_lines"] < 1 or "'reset': 45" not in r["outcome"]:
+        failures.append(f"48 unread 4 MiB answers: not 45 cut off with a log line "
+                        f"({r['cut_lines']} lines): {r['outcome']}")
+    if r["peak"] - r["before"] > 128:
+        failures.append(f"48 unread 4 MiB answers raised the peak by "
+                        f"{r['peak'] - r['before']:.0f} MiB (bound 16 MiB per connection)")
+    # 3 x 4 MiB stay under the bytes bound; the timeout cuts them.
+    r = report("window-zero 3 x 4 MiB, 1s timeout",
+               ["--max_message_bytes=8388608", "--max_batch_size=1",
+                "--unread_response_timeout=1s"],
+               window_zero(3, 4), args, model=big_answer_model())
+    if r["cut_lines"] < 1 or "'reset': 3" not in r["outcome"]:
+        failures.append(f"answers unread past --unread_response_timeout=1s not cut off: "
+                        f"{r['outcome']}")
+    return failures
 
 
 def main():
@@ -142,6 +198,8 @@ def main():
            ["--scenario=parallel", "--calls=4", f"--bytes={args.parallel_bytes}"], args)
     report("5000 never-read calls", [],
            ["--scenario=never_read", "--calls=5000", "--hold_s=3"], args)
+    report("window-zero 200 x 4 MiB answers", ["--max_batch_size=1"],
+           window_zero(200, 5), args, model=big_answer_model())
     return 0
 
 
