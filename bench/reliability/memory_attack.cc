@@ -6,6 +6,7 @@
 //   bomb        one call whose body is --bytes zeros (an unknown protobuf
 //               field), sent gzip-compressed: about --bytes/1000 on the wire
 //   parallel    --calls concurrent uncompressed calls of --bytes each
+//   gzip_predict  --calls valid Predict calls at once, gzip-compressed
 //   never_read  --calls valid Predict calls whose answers are not read
 //               for --hold_s (HTTP/2 BDP probing off, so the client's
 //               receive window stays at 64 KiB); then read, so that calls
@@ -29,7 +30,7 @@
 #include "metalserve/v1/inference.grpc.pb.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:8500", "server host:port");
-ABSL_FLAG(std::string, scenario, "bomb", "bomb, parallel or never_read");
+ABSL_FLAG(std::string, scenario, "bomb", "bomb, parallel, never_read or gzip_predict");
 ABSL_FLAG(int64_t, bytes, 1 << 30, "body bytes (bomb, parallel)");
 ABSL_FLAG(int, calls, 4, "concurrent calls (parallel, never_read)");
 ABSL_FLAG(double, hold_s, 5, "seconds never_read holds its calls open");
@@ -156,17 +157,23 @@ int main(int argc, char** argv) {
                                       grpc::InsecureChannelCredentials(), args);
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
   const absl::Time start = absl::Now();
-  if (scenario != "bomb" && scenario != "parallel" && scenario != "never_read") {
-    std::fprintf(stderr, "--scenario: bomb, parallel or never_read, not '%s'\n",
+  if (scenario != "bomb" && scenario != "parallel" && scenario != "never_read" &&
+      scenario != "gzip_predict") {
+    std::fprintf(stderr, "--scenario: bomb, parallel, never_read or gzip_predict, not '%s'\n",
                  scenario.c_str());
     return 2;
   }
   const bool bomb = scenario == "bomb";
-  const auto outcomes =
-      scenario == "never_read"
-          ? NeverRead(ch, absl::GetFlag(FLAGS_calls), absl::GetFlag(FLAGS_hold_s))
-          : SendAll(ch, ZeroBody(absl::GetFlag(FLAGS_bytes)),
-                    bomb ? 1 : absl::GetFlag(FLAGS_calls), bomb);
+  std::map<std::string, int> outcomes;
+  if (scenario == "never_read") {
+    outcomes = NeverRead(ch, absl::GetFlag(FLAGS_calls), absl::GetFlag(FLAGS_hold_s));
+  } else if (scenario == "gzip_predict") {
+    outcomes = SendAll(ch, ValidRequest(ch).SerializeAsString(), absl::GetFlag(FLAGS_calls),
+                       /*gzip=*/true);
+  } else {
+    outcomes = SendAll(ch, ZeroBody(absl::GetFlag(FLAGS_bytes)),
+                       bomb ? 1 : absl::GetFlag(FLAGS_calls), bomb);
+  }
   for (const auto& [what, n] : outcomes) {
     std::printf("%s: %d x code %s\n", scenario.c_str(), n, what.c_str());
   }

@@ -10,7 +10,9 @@ fresh server per scenario, so peaks do not carry over.
 With --check (the ctest reliability_memory_bounds), it runs small
 scenarios against the given server and asserts the bounds the current
 server promises: a gzip bomb refused UNIMPLEMENTED by default with the
-peak growing by less than 64 MiB, parallel messages over
+peak growing by less than 64 MiB, and with --accept_compression refused
+RESOURCE_EXHAUSTED while it is inflated (peak under +96 MiB) while valid
+gzip Predict calls are answered, parallel messages over
 --max_message_bytes refused RESOURCE_EXHAUSTED, and 4 x 128 MiB sent at
 once against a 64 MiB --memory_quota_bytes cut off with the peak growing by
 less than 256 MiB; 48 answers of 4 MiB on one connection whose window is
@@ -117,6 +119,19 @@ def check(args):
         failures.append(f"bomb not refused UNIMPLEMENTED: {r['outcome']}")
     if r["peak"] - r["before"] > 64:
         failures.append(f"bomb raised the peak by {r['peak'] - r['before']:.0f} MiB")
+    # --accept_compression: inflated by the server under --max_message_bytes
+    # (before: gRPC inflated all 256 MiB, peak +273 MiB, then refused).
+    r = report("bomb 256 MiB, --accept_compression", ["--accept_compression"],
+               ["--scenario=bomb", f"--bytes={256 * MIB}"], args)
+    if "code 8 request inflates to more than max_message_bytes (67108864" not in r["outcome"]:
+        failures.append(f"bomb not refused RESOURCE_EXHAUSTED while inflating: {r['outcome']}")
+    if r["peak"] - r["before"] > 64 + 32:
+        failures.append(f"bomb with --accept_compression raised the peak by "
+                        f"{r['peak'] - r['before']:.0f} MiB (limit 64 MiB)")
+    r = report("gzip Predict, --accept_compression", ["--accept_compression"],
+               ["--scenario=gzip_predict", "--calls=8"], args)
+    if "8 x code 0" not in r["outcome"]:
+        failures.append(f"valid gzip Predict calls not answered OK: {r['outcome']}")
     r = report("parallel 4 x 8 MiB, limit 1 MiB", [f"--max_message_bytes={MIB}"],
                ["--scenario=parallel", "--calls=4", f"--bytes={8 * MIB}"], args)
     if "4 x code 8" not in r["outcome"]:

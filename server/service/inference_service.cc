@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "proto/dtype/dtype_map.h"
 #include "server/service/infer_task.h"
+#include "server/service/inflate_body.h"
 #include "server/service/raw_call.h"
 #include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
@@ -103,6 +104,7 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
   grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
+  if (absl::Status s = InflateRequestBody(bytes, max_request_bytes_); !s.ok()) return fail(s);
   // The tensor bytes stay in gRPC's slices (sliced_request.h); a body the
   // walk does not take, or one over the held-bytes budget, is parsed (copied)
   // the ordinary way, which also answers a malformed one.

@@ -51,6 +51,9 @@ class InferenceService final
   // Called by the server's shutdown just before gRPC cancels the calls
   // still open: they are counted as their clients see them (UNAVAILABLE).
   void MarkCutOff() { cut_off_.store(true); }
+  // A compressed body (--accept_compression) is inflated up to this many
+  // bytes (inflate_body.h). Set before the server starts. Default 64 MiB.
+  void set_max_request_bytes(int64_t bytes) { max_request_bytes_ = bytes; }
 
   grpc::ServerUnaryReactor* GetModelMetadata(
       grpc::CallbackServerContext* context,
@@ -65,6 +68,7 @@ class InferenceService final
   const std::string server_version_;
   AccessLog* const access_log_;
   std::atomic<bool> cut_off_{false};
+  int64_t max_request_bytes_ = int64_t{64} << 20;
   // Bytes of queued requests held as gRPC's slices (sliced_request.h).
   HeldBytesBudget held_bytes_;
 };

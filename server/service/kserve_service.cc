@@ -9,6 +9,7 @@
 #include "proto/dtype/dtype_map.h"
 #include "server/service/infer_task.h"
 #include "server/service/kserve_codec.h"
+#include "server/service/inflate_body.h"
 #include "server/service/raw_call.h"
 #include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
@@ -241,6 +242,7 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   auto request = std::make_unique<ModelInferRequest>();
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
   grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
+  if (absl::Status s = InflateRequestBody(bytes, max_request_bytes_); !s.ok()) return fail(s);
   if (absl::Status s = ParseRequestBody(bytes, request.get()); !s.ok()) return fail(s);
   absl::Status model = CheckModel("model_name", request->model_name(),
                                   request->model_version());

@@ -60,6 +60,9 @@ class KServeService final
   bool ready() const { return ready_.load(); }
   // See InferenceService::MarkCutOff.
   void MarkCutOff() { cut_off_.store(true); }
+  // A compressed body (--accept_compression) is inflated up to this many
+  // bytes (inflate_body.h). Set before the server starts. Default 64 MiB.
+  void set_max_request_bytes(int64_t bytes) { max_request_bytes_ = bytes; }
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -111,6 +114,7 @@ class KServeService final
   AccessLog* const access_log_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> cut_off_{false};
+  int64_t max_request_bytes_ = int64_t{64} << 20;
   KServeStatistics stats_;
 };
 

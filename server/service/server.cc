@@ -71,10 +71,15 @@ void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder* build
   // on the same port starts silently and connections split between the two.
   builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Compression off unless asked for: only "identity" is enabled, so a
-  // compressed request is refused before it is inflated.
+  // compressed request is refused before it is inflated. When on, gRPC does
+  // not inflate: Predict/ModelInfer inflate their raw bodies under
+  // max_message_bytes (inflate_body.h); methods parsed by gRPC fail to parse
+  // a compressed message instead of inflating it.
   if (!options.accept_compression) {
     builder->AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
                                 1 << GRPC_COMPRESS_NONE);
+  } else {
+    builder->AddChannelArgument(GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION, 0);
   }
   // A bound on the calls one connection holds open (answers it does not read
   // included); further ones wait in the client.
@@ -198,6 +203,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
       options.MemoryQuotaBytes() / 2);
   s->kserve_ = std::make_unique<KServeService>(
       runner, s->batcher_.get(), metrics, clock, options.version, options.access_log);
+  s->service_->set_max_request_bytes(options.max_message_bytes);
+  s->kserve_->set_max_request_bytes(options.max_message_bytes);
   RETURN_IF_ERROR(s->StartGrpc(options, creds));
   if (!options.http.address.empty()) {
     ASSIGN_OR_RETURN(RestOptions rest, RestOptionsOf(options));
