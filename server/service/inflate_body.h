@@ -17,6 +17,7 @@
 #define METALSERVE_SERVER_SERVICE_INFLATE_BODY_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -32,6 +33,11 @@ absl::Status InflateRequestBody(grpc::ByteBuffer* body, int64_t max_bytes);
 
 // The algorithm `body` is compressed with (GRPC_COMPRESS_NONE when none).
 int CompressionOf(grpc::ByteBuffer* body);
+
+// A body of `compressed` bytes marked as compressed with `algorithm` (a
+// grpc_compression_algorithm), as gRPC hands one to a handler when its
+// per-message decompression is off. For tests.
+grpc::ByteBuffer CompressedBody(const std::string& compressed, int algorithm);
 
 }  // namespace metalserve
 
