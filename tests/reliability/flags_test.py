@@ -2,7 +2,9 @@
 """Operator mistakes in metalserve's flags end the process with exit code 2
 and a message that names the mistake, before any model loads or port binds
 (issue 17, item 8): a port out of range, an address without a port, a
-device_concurrency below 1, TLS files that do not parse or do not match.
+device_concurrency below 1, TLS files that do not parse or do not match,
+an unread-answer timeout of 0 or a global unread-answer bound below the
+per-connection one.
 
 Each case runs build/metalserve with the metrics listener off and a 30 s
 limit; a server that starts instead of refusing is stopped and the case
@@ -61,6 +63,12 @@ def main():
             (["--address=127.0.0.1"], "address '127.0.0.1' has no port"),
             (["--address=127.0.0.1:0", "--device_concurrency=0"],
              "device_concurrency must be at least 1, got 0"),
+            (["--address=127.0.0.1:0", "--unread_response_timeout=0"],
+             "unread_response_timeout must be > 0"),
+            (["--address=127.0.0.1:0", "--max_unread_response_bytes=1000",
+              "--max_unread_response_bytes_per_connection=2000"],
+             "max_unread_response_bytes (1000) must be >= "
+             "max_unread_response_bytes_per_connection (2000)"),
             (["--address=127.0.0.1:0", "--tls_cert=" + p("a.pem"),
               "--tls_key=" + p("b.key")], "TLS key does not match certificate"),
             (["--address=127.0.0.1:0", "--tls_cert=" + p("garbage.pem"),
