@@ -153,6 +153,16 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
+// The server on a free loopback port, written to `*port`.
+std::unique_ptr<grpc::Server> StartServer(Service* service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.RegisterCallbackGenericService(service);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  if (absl::GetFlag(FLAGS_small_window)) builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  return builder.BuildAndStart();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -160,14 +170,8 @@ int main(int argc, char** argv) {
   const bool early = absl::GetFlag(FLAGS_mode) == "early";
   Model model;
   Service service(&model, early);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterCallbackGenericService(&service);
-  builder.SetMaxReceiveMessageSize(64 << 20);
-  if (absl::GetFlag(FLAGS_small_window)) builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  auto server = builder.BuildAndStart();
-
+  std::unique_ptr<grpc::Server> server = StartServer(&service, &port);
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(-1);
   auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
