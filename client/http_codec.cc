@@ -50,8 +50,12 @@ absl::Status AppendData(absl::string_view datatype, absl::string_view raw, Json&
   else if (datatype == "INT8") each(1, [](const char* p) { return Load<int8_t>(p); });
   else if (datatype == "UINT8") each(1, [](const char* p) { return Load<uint8_t>(p); });
   else if (datatype == "BOOL") each(1, [](const char* p) { return *p != 0; });
-  else if (datatype == "FP16") each(2, [](const char* p) { return HalfToFloat(Load<uint16_t>(p)); });
-  else if (datatype == "BF16") each(2, [](const char* p) { return Bf16ToFloat(Load<uint16_t>(p)); });
+  else if (datatype == "FP16") each(2, [](const char* p) {
+    return HalfToFloat(Load<uint16_t>(p));
+  });
+  else if (datatype == "BF16") each(2, [](const char* p) {
+    return Bf16ToFloat(Load<uint16_t>(p));
+  });
   else {
     return absl::InvalidArgumentError(absl::StrCat(
         "datatype '", datatype, "' cannot be sent as JSON data; use --http_format=binary"));

@@ -163,9 +163,10 @@ class HttpTransport : public CallTransport {
     x->error[0] = '\0';
     x->done = std::move(p.done);
     curl_easy_setopt(x->easy, CURLOPT_URL, urls_[p.lane].c_str());
-    const long timeout_ms = p.deadline == absl::InfiniteDuration()
-                                ? 0L
-                                : std::max(1L, static_cast<long>(absl::ToInt64Milliseconds(p.deadline)));
+    long timeout_ms = 0;  // none
+    if (p.deadline != absl::InfiniteDuration()) {
+      timeout_ms = std::max(1L, static_cast<long>(absl::ToInt64Milliseconds(p.deadline)));
+    }
     curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_multi_add_handle(multi_, x->easy);
     busy_.insert(x);
@@ -271,9 +272,11 @@ absl::StatusOr<inference::ModelMetadataResponse> FetchHttpMetadata(
   const CallResult r = ResultOf(x.easy, curl_easy_perform(x.easy), x, "GET " + url);
   curl_easy_cleanup(x.easy);
   if (r.code != grpc::StatusCode::OK) {
-    return absl::Status(static_cast<absl::StatusCode>(r.code),
-                        absl::StrContains(r.message, url) ? r.message
-                                                          : absl::StrCat("GET ", url, ": ", r.message));
+    // libcurl's failures name the URL already; an HTTP status does not.
+    std::string message = absl::StrContains(r.message, url)
+                              ? r.message
+                              : absl::StrCat("GET ", url, ": ", r.message);
+    return absl::Status(static_cast<absl::StatusCode>(r.code), message);
   }
   return ParseModelMetadata(x.body);
 }

@@ -33,7 +33,8 @@
 // transport's and stay in real time.
 //
 // Ownership: owns the transport (its connections and the one immutable
-// request shared by all calls); does not own the clock, which must outlive the generator. Thread-safety: Run() is called from one thread at a time;
+// request shared by all calls); does not own the clock, which must outlive
+// the generator. Thread-safety: Run() is called from one thread at a time;
 // Stop() may be called from any thread (e.g. a signal watcher) and ends the
 // current and later runs early. The destructor must not run during Run().
 #ifndef METALSERVE_CLIENT_LOAD_GENERATOR_H_
