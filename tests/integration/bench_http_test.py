@@ -32,6 +32,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import proc_util  # noqa: E402
+from lifecycle_test import make_pki  # noqa: E402
 
 ARGS = None
 REQUESTS = 150
@@ -187,6 +188,42 @@ class BenchHttpDeadlineTest(unittest.TestCase):
         proc_util.wait_for("the server's count",
                            lambda: count("DEADLINE_EXCEEDED") == 3, time.monotonic() + 10)
         self.assertEqual(count("OK"), 0)
+
+
+class BenchHttpTlsTest(unittest.TestCase):
+    def test_mutual_tls_run_is_answered_and_needs_the_client_certificate(self):
+        tmp = tempfile.mkdtemp(prefix="metalserve-bench-https-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        make_pki(tmp)
+        pem = lambda name: os.path.join(tmp, name)  # noqa: E731
+        port = proc_util.free_port()
+        log = os.path.join(tmp, "server.log")
+        server = proc_util.Process(
+            [ARGS.server, f"--model={ARGS.model}", "--device=cpu", "--threads=1",
+             f"--address=127.0.0.1:{proc_util.free_port()}",
+             f"--http_address=127.0.0.1:{port}", "--metrics_address=",
+             f"--tls_cert={pem('server.pem')}", f"--tls_key={pem('server.key')}",
+             f"--tls_client_ca={pem('ca.pem')}", "--monitor_log_interval=0"], log)
+        self.addCleanup(server.stop)
+
+        def bench(*tls):
+            return subprocess.run(
+                [ARGS.bench, "--protocol=http", f"--target=127.0.0.1:{port}",
+                 "--model_name=identity", "--requests=20", "--concurrency=2",
+                 "--output=json", "--progress=off", f"--tls_ca={pem('ca.pem')}", *tls],
+                capture_output=True, text=True, timeout=60)
+        mtls = (f"--tls_cert={pem('client.pem')}", f"--tls_key={pem('client.key')}")
+
+        def answered():
+            assert server.alive(), proc_util.tail(log)
+            return bench(*mtls).returncode == 0
+        proc_util.wait_for("an https answer", answered, time.monotonic() + 90, interval=0.5)
+        out = bench(*mtls)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(json.loads(out.stdout)["runs"][0]["ok"], 20)
+        refused = bench()
+        self.assertEqual(refused.returncode, 1, refused.stdout)
+        self.assertIn(f"https://127.0.0.1:{port}/v2/models/identity", refused.stderr)
 
 
 if __name__ == "__main__":
