@@ -6,6 +6,8 @@ REST front end, identity model on free 127.0.0.1 ports:
     requests asked for answered OK, the server's own counter
     metalserve_requests_total{method="http_ModelInfer",code="OK"} moves by
     the same number, and the report carries the server's figures;
+  * keep-alive: 150 requests at concurrency 4 arrive over at most 4
+    connections (peers in the server's access log);
   * --priority travels as parameters["priority"] (out of range: 400, counted
     as INVALID_ARGUMENT with the server's message);
   * a refused connection, a wrong URL and an unknown model end with exit 1
@@ -50,7 +52,8 @@ class BenchHttpTest(unittest.TestCase):
              f"--address=127.0.0.1:{proc_util.free_port()}",
              f"--http_address=127.0.0.1:{cls.http_port}",
              f"--metrics_address=127.0.0.1:{cls.metrics_port}",
-             "--priority_levels=2", "--monitor_log_interval=0"], cls.log)
+             "--priority_levels=2", "--monitor_log_interval=0",
+             f"--access_log={os.path.join(cls.tmp, 'access.log')}"], cls.log)
         base = f"http://127.0.0.1:{cls.http_port}"
 
         def ready():
@@ -110,6 +113,22 @@ class BenchHttpTest(unittest.TestCase):
         self.assertEqual(run["ok"], REQUESTS, (run["errors"], run["error_messages"]))
         self.assertEqual(counted, REQUESTS)
         self.assertGreaterEqual(run["server"]["batch_rows_mean"], 1.0, run["server"])
+
+    def test_keep_alive_uses_one_connection_per_call_in_flight(self):
+        """The access log names each request's peer address: 150 requests at
+        concurrency 4 come from at most 4 client ports."""
+        path = os.path.join(self.tmp, "access.log")
+
+        def lines():
+            with open(path) as f:
+                return [l for l in f if "method=http_ModelInfer" in l]
+        before = len(lines())
+        self.bench(f"--target=127.0.0.1:{self.http_port}", "--model_name=identity",
+                   f"--requests={REQUESTS}", "--concurrency=4")
+        proc_util.wait_for("the access log", lambda: len(lines()) - before >= REQUESTS,
+                           time.monotonic() + 10)
+        peers = {re.search(r"peer=(\S+)", l).group(1) for l in lines()[before:]}
+        self.assertLessEqual(len(peers), 4, peers)
 
     def test_priority_travels_as_a_parameter(self):
         out = self.bench(f"--target=127.0.0.1:{self.http_port}", "--model_name=identity",
