@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "grpcpp/client_context.h"
+#include "client/grpc_transport.h"
 
 namespace metalserve::client {
 
@@ -130,16 +130,13 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
     }
     const int64_t overflow = overflow_.load();
     if (overflow > 0) stats.errors[kOverflowError] = overflow;
-    stats.rows = stats.ok * gen_.rows_per_request_;
+    stats.rows = stats.ok * gen_.transport_->rows_per_request();
     stats.elapsed = last - start_;
     return stats;
   }
 
  private:
   struct Call {
-    grpc::ClientContext ctx;
-    v1::PredictResponse response;
-    inference::ModelInferResponse kserve_response;
     absl::Time start;
     int slot = 0;
   };
@@ -156,65 +153,39 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
 
   // Starts one call timed from `start`; the caller counted it outstanding.
   void Issue(int slot, absl::Time start) {
-    auto* call = new Call;
-    call->start = start;
-    call->slot = slot;
-    if (spec_.deadline != absl::InfiniteDuration()) {
-      call->ctx.set_deadline(std::chrono::system_clock::now() +
-                             absl::ToChronoNanoseconds(spec_.deadline));
-    }
-    const size_t i = static_cast<size_t>(slot) % gen_.num_stubs();
-    auto done = [self = shared_from_this(), call](grpc::Status s) {
-      self->OnDone(call, s);
-    };
-    if (gen_.kserve_) {
-      gen_.kserve_stubs_[i]->async()->ModelInfer(
-          &call->ctx, &gen_.kserve_request_, &call->kserve_response, done);
-    } else {
-      gen_.stubs_[i]->async()->Predict(&call->ctx, &gen_.request_,
-                                       &call->response, done);
-    }
+    const Call call{start, slot};
+    gen_.transport_->Start(static_cast<size_t>(slot), spec_.deadline,
+                           [self = shared_from_this(), call](CallResult r) {
+                             self->OnDone(call, r);
+                           });
   }
 
-  void OnDone(Call* call, const grpc::Status& status) {
+  void OnDone(const Call& call, const CallResult& result) {
     const absl::Time now = clock_->TimeNow();
-    Record(*call, status, now);
+    Record(call, result, now);
     gen_.CountFinishedCall();
-    const int slot = call->slot;
-    delete call;
     if (!spec_.open_loop() && TryClaim(now)) {
-      Issue(slot, now);  // the slot stays outstanding
+      Issue(call.slot, now);  // the slot stays outstanding
       return;
     }
     absl::MutexLock l(&mu_);
     --outstanding_;
   }
 
-  void Record(const Call& call, const grpc::Status& status, absl::Time now) {
+  void Record(const Call& call, const CallResult& result, absl::Time now) {
     Shard& s = shards_[ThisThreadShard()];
     absl::MutexLock l(&s.mu);
     s.last_done = std::max(s.last_done, now);
-    if (status.ok()) {
+    if (result.code == grpc::StatusCode::OK) {
       s.latency.Record(now - call.start);
       ++s.ok;
-      if (gen_.kserve_) {
-        const auto& p = call.kserve_response.parameters();
-        auto param = [&p](const char* key) -> int64_t {
-          auto it = p.find(key);
-          return it == p.end() ? 0 : it->second.int64_param();
-        };
-        RecordServer(s, param("queue_time_us"), param("compute_time_us"),
-                     param("batch_rows"));
-      } else {
-        RecordServer(s, call.response.queue_time_us(),
-                     call.response.compute_time_us(), call.response.batch_rows());
-      }
+      RecordServer(s, result.queue_us, result.compute_us, result.batch_rows);
       done_ok_.fetch_add(1, std::memory_order_relaxed);
     } else {
-      int code = static_cast<int>(status.error_code());
+      int code = static_cast<int>(result.code);
       if (code < 0 || code >= kNumCodes) code = 2;  // UNKNOWN
       ++s.errors[code];
-      KeepMessage(status.error_message(), s.messages[code]);
+      KeepMessage(result.message, s.messages[code]);
       done_err_.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -251,7 +222,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
         }
       }
       if (send) {
-        Issue(static_cast<int>(i % static_cast<int64_t>(gen_.num_stubs())), due);
+        Issue(static_cast<int>(i % static_cast<int64_t>(gen_.transport_->lanes())), due);
       } else {
         overflow_.fetch_add(1);
         done_err_.fetch_add(1, std::memory_order_relaxed);
@@ -300,49 +271,24 @@ absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
     std::vector<std::shared_ptr<grpc::Channel>> channels,
     v1::PredictRequest request, Clock* clock) {
   if (channels.empty()) return absl::InvalidArgumentError("no channels");
-  if (clock == nullptr) return absl::InvalidArgumentError("no clock");
-  std::vector<std::unique_ptr<v1::Inference::Stub>> stubs;
-  for (auto& ch : channels) stubs.push_back(v1::Inference::NewStub(ch));
-  return std::unique_ptr<LoadGenerator>(
-      new LoadGenerator(std::move(stubs), std::move(request), clock));
+  return Create(NewPredictTransport(std::move(channels), std::move(request)), clock);
 }
 
 absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
     std::vector<std::shared_ptr<grpc::Channel>> channels,
     inference::ModelInferRequest request, Clock* clock) {
   if (channels.empty()) return absl::InvalidArgumentError("no channels");
-  if (clock == nullptr) return absl::InvalidArgumentError("no clock");
-  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
-  for (auto& ch : channels) {
-    stubs.push_back(inference::GRPCInferenceService::NewStub(ch));
-  }
-  return std::unique_ptr<LoadGenerator>(
-      new LoadGenerator(std::move(stubs), std::move(request), clock));
+  return Create(NewModelInferTransport(std::move(channels), std::move(request)), clock);
 }
 
-LoadGenerator::LoadGenerator(
-    std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs,
-    inference::ModelInferRequest request, Clock* clock)
-    : kserve_(true),
-      kserve_stubs_(std::move(stubs)),
-      kserve_request_(std::move(request)),
-      rows_per_request_(kserve_request_.inputs_size() > 0 &&
-                                kserve_request_.inputs(0).shape_size() > 0
-                            ? kserve_request_.inputs(0).shape(0)
-                            : 1),
-      clock_(clock) {}
-
-LoadGenerator::LoadGenerator(
-    std::vector<std::unique_ptr<v1::Inference::Stub>> stubs,
-    v1::PredictRequest request, Clock* clock)
-    : kserve_(false),
-      stubs_(std::move(stubs)),
-      request_(std::move(request)),
-      rows_per_request_(request_.inputs_size() > 0 &&
-                                request_.inputs(0).shape_size() > 0
-                            ? request_.inputs(0).shape(0)
-                            : 1),
-      clock_(clock) {}
+absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
+    std::unique_ptr<CallTransport> transport, Clock* clock) {
+  if (transport == nullptr || transport->lanes() == 0) {
+    return absl::InvalidArgumentError("no transport");
+  }
+  if (clock == nullptr) return absl::InvalidArgumentError("no clock");
+  return std::unique_ptr<LoadGenerator>(new LoadGenerator(std::move(transport), clock));
+}
 
 absl::StatusOr<RunStats> LoadGenerator::Run(const LoadSpec& spec,
                                             const ProgressFn& progress) {

@@ -1,12 +1,14 @@
-// LoadGenerator: drives Predict load against a metalserve server, or
-// ModelInfer load against any Open Inference Protocol (KServe v2) server, and
-// measures it. Over KServe the server-side queue/compute/batch figures come
-// from the response's int64 parameters "queue_time_us", "compute_time_us"
-// and "batch_rows" when the server sends them (zero otherwise).
+// LoadGenerator: drives load through a CallTransport (call_transport.h):
+// Predict against a metalserve server, or ModelInfer against any Open
+// Inference Protocol (KServe v2) server over gRPC or REST, and measures it.
+// Over KServe the server-side queue/compute/batch figures come from the
+// response's parameters "queue_time_us", "compute_time_us" and "batch_rows"
+// when the server sends them (zero otherwise).
 //
 // Closed loop (`LoadSpec::concurrency`): exactly N calls are outstanding;
 // each completion starts the next call from the completion callback, so a
-// few gRPC threads keep thousands of calls in flight (no thread per call).
+// few transport threads keep thousands of calls in flight (no thread per
+// call).
 // Latency runs from the actual send to the completion.
 //
 // Open loop (`LoadSpec::rate`): a scheduler thread issues call i at its
@@ -27,11 +29,12 @@
 // open-loop schedule, the progress interval) comes from the `Clock` given to
 // Create(), the monotonic Clock::SteadyClock() by default (a wall clock
 // stepped by NTP mid-run would distort latencies and rates); tests pass a
-// SimulatedClock and move time themselves. Per-call deadlines are gRPC's and
-// stay in real time.
+// SimulatedClock and move time themselves. Per-call deadlines are the
+// transport's and stay in real time.
 //
-// Ownership: holds the channels' stubs and one immutable request shared by
-// all calls; does not own the clock, which must outlive the generator. Thread-safety: Run() is called from one thread at a time;
+// Ownership: owns the transport (its connections and the one immutable
+// request shared by all calls); does not own the clock, which must outlive
+// the generator. Thread-safety: Run() is called from one thread at a time;
 // Stop() may be called from any thread (e.g. a signal watcher) and ends the
 // current and later runs early. The destructor must not run during Run().
 #ifndef METALSERVE_CLIENT_LOAD_GENERATOR_H_
@@ -46,12 +49,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/call_transport.h"
 #include "client/latency_histogram.h"
 #include "client/load_spec.h"
 #include "grpcpp/channel.h"
+#include "inference/grpc_service.pb.h"
+#include "metalserve/v1/inference.pb.h"
 #include "absl/synchronization/mutex.h"
-#include "inference/grpc_service.grpc.pb.h"
-#include "metalserve/v1/inference.grpc.pb.h"
 #include "common/clock.h"
 
 namespace metalserve::client {
@@ -77,6 +81,9 @@ class LoadGenerator {
   static absl::StatusOr<std::unique_ptr<LoadGenerator>> Create(
       std::vector<std::shared_ptr<grpc::Channel>> channels,
       inference::ModelInferRequest request, Clock* clock = Clock::SteadyClock());
+  // Any transport (non-null), e.g. HTTP (http_transport.h).
+  static absl::StatusOr<std::unique_ptr<LoadGenerator>> Create(
+      std::unique_ptr<CallTransport> transport, Clock* clock = Clock::SteadyClock());
 
   // Warmup then measurement as `spec` says. InvalidArgument for a bad spec;
   // Cancelled when Stop() was called before the measurement began.
@@ -96,26 +103,13 @@ class LoadGenerator {
   class Phase;  // one warmup or measurement, in load_generator.cc
 
  private:
-  LoadGenerator(std::vector<std::unique_ptr<v1::Inference::Stub>> stubs,
-                v1::PredictRequest request, Clock* clock);
-  LoadGenerator(
-      std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs,
-      inference::ModelInferRequest request, Clock* clock);
+  LoadGenerator(std::unique_ptr<CallTransport> transport, Clock* clock)
+      : transport_(std::move(transport)), clock_(clock) {}
   void CountFinishedCall();
-  size_t num_stubs() const {
-    return kserve_ ? kserve_stubs_.size() : stubs_.size();
-  }
   absl::StatusOr<RunStats> RunPhase(const LoadSpec& spec, bool warmup,
                                     const ProgressFn& progress);
 
-  // Exactly one protocol's stubs and request are used.
-  const bool kserve_;
-  const std::vector<std::unique_ptr<v1::Inference::Stub>> stubs_;
-  const v1::PredictRequest request_;
-  const std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>>
-      kserve_stubs_;
-  const inference::ModelInferRequest kserve_request_;
-  const int64_t rows_per_request_;
+  const std::unique_ptr<CallTransport> transport_;
   Clock* const clock_;
   std::atomic<bool> stop_{false};
   mutable absl::Mutex finished_mu_;

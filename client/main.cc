@@ -1,12 +1,13 @@
 // metalserve-bench: load-tests a metalserve server over its native gRPC API,
-// or any Open Inference Protocol (KServe v2) gRPC server.
+// or any Open Inference Protocol (KServe v2) server over gRPC or REST.
 //
 //   metalserve-bench --target=127.0.0.1:8500 --concurrency=1:64:x2 --duration=10s
 //   metalserve-bench --target=10.0.0.1:8500,10.0.0.2:8500 --rate=500 --arrival=poisson
 //   metalserve-bench --protocol=kserve --model_name=resnet18 --target=host:8001
+//   metalserve-bench --protocol=http --model_name=resnet18 --target=host:8000
 //
 // Reads flags, fetches the model's input spec with GetModelMetadata, or
-// ModelMetadata over KServe (unless
+// ModelMetadata over KServe (GET /v2/models/{name} over REST) (unless
 // --input_name, --dtype and --shape give it), runs one measurement per
 // sweep level and prints the report on stdout. A live one-line progress goes
 // to stderr when it is a terminal. Exit status: 0; 1 on a usage or setup
@@ -29,25 +30,37 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/channel_factory.h"
+#include "client/grpc_transport.h"
+#include "client/http_transport.h"
 #include "client/kserve_codec.h"
 #include "client/load_generator.h"
 #include "client/output_dump.h"
 #include "client/report.h"
 #include "client/request_builder.h"
 #include "grpcpp/client_context.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "common/clock.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:8500",
+ABSL_FLAG(std::string, target, "",
           "Server address host:port, or several comma-separated (IPv4 or IPv6 "
           "literals) spread with round_robin, or one gRPC URI such as "
-          "dns:///name:port or unix:///path/to.sock (a Unix domain socket).");
+          "dns:///name:port or unix:///path/to.sock (a Unix domain socket). "
+          "With --protocol=http: host:port or http(s)://host:port entries, "
+          "used in turn. Default 127.0.0.1:8500 (gRPC), 127.0.0.1:8000 (http).");
 ABSL_FLAG(std::string, protocol, "native",
-          "Wire protocol: native (metalserve.v1.Inference/Predict) or kserve "
+          "Wire protocol: native (metalserve.v1.Inference/Predict), kserve "
           "(inference.GRPCInferenceService/ModelInfer with raw_input_contents, "
-          "the Open Inference Protocol; metadata from ModelMetadata).");
+          "the Open Inference Protocol; metadata from ModelMetadata), or http "
+          "(the same protocol's REST form: POST /v2/models/{name}/infer over "
+          "HTTP/1.1 keep-alive connections, one per call in flight; needs "
+          "--model_name; tensors as --http_format says).");
+ABSL_FLAG(std::string, http_format, "binary",
+          "With --protocol=http: binary (Triton's binary tensor extension, "
+          "what tritonclient.http sends) or json (tensors as JSON data). "
+          "Default binary.");
 ABSL_FLAG(std::string, dump_outputs, "",
           "Before the load runs, send one request and write its output "
           "tensors to this file as JSON (name, datatype, shape, values). "
@@ -90,7 +103,8 @@ ABSL_FLAG(int32_t, priority, 0,
           "Priority level of every request, 1 = highest (native field priority, KServe "
           "parameters[\"priority\"]); 0 = the server's default. Default 0.");
 ABSL_FLAG(absl::Duration, deadline, absl::Seconds(30),
-          "Per-request deadline; 0 for none. Default 30s.");
+          "Per-request deadline; 0 for none (with --protocol=http also sent "
+          "as parameters.timeout, which the server enforces). Default 30s.");
 ABSL_FLAG(int32_t, retries, 0,
           "Retries per call on UNAVAILABLE, and on CANCELLED from a server's "
           "shutdown (gRPC retry policy; a call may move to another target). "
@@ -120,6 +134,13 @@ void OnSignal(int) {
   if (gen != nullptr) gen->Stop();
 }
 
+// --target, or the protocol's default port on this host.
+std::string TargetFlag() {
+  const std::string target = absl::GetFlag(FLAGS_target);
+  if (!target.empty()) return target;
+  return absl::GetFlag(FLAGS_protocol) == "http" ? "127.0.0.1:8000" : "127.0.0.1:8500";
+}
+
 int Fail(const absl::Status& status) {
   std::cerr << "metalserve-bench: " << status << "\n";
   return 1;
@@ -127,7 +148,7 @@ int Fail(const absl::Status& status) {
 
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view rpc) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(rpc, " from ", absl::GetFlag(FLAGS_target),
+                      absl::StrCat(rpc, " from ", TargetFlag(),
                                    ": ", s.error_message()));
 }
 
@@ -195,7 +216,7 @@ absl::StatusOr<v1::GetModelMetadataResponse> FetchMetadata(
   if (!s.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                         absl::StrCat("GetModelMetadata from ",
-                                     absl::GetFlag(FLAGS_target), ": ",
+                                     TargetFlag(), ": ",
                                      s.error_message()));
   }
   return resp;
@@ -262,7 +283,8 @@ bool ProgressWanted() {
 
 // Everything the flags ask for, checked; read once by Main.
 struct BenchConfig {
-  bool kserve = false;
+  bool kserve = false;  // KServe messages, over gRPC or (http) REST
+  bool http = false;
   OutputFormat format = OutputFormat::kText;
   double max_error_rate = 0;
   LoadSpec base;
@@ -271,17 +293,43 @@ struct BenchConfig {
   InputSource source;
   InputOverrides overrides;
   ChannelOptions channels;
+  HttpOptions http_options;  // http only
 };
+
+absl::StatusOr<HttpOptions> HttpOptionsFromFlags() {
+  HttpOptions o;
+  o.targets = absl::StrSplit(TargetFlag(), ',', absl::SkipEmpty());
+  o.model_name = absl::GetFlag(FLAGS_model_name);
+  const std::string format = absl::GetFlag(FLAGS_http_format);
+  if (format != "binary" && format != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http_format='", format, "': want binary or json"));
+  }
+  o.format = format == "json" ? HttpTensorFormat::kJson : HttpTensorFormat::kBinary;
+  o.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  return o;
+}
 
 absl::StatusOr<BenchConfig> ConfigFromFlags() {
   BenchConfig c;
   const std::string protocol = absl::GetFlag(FLAGS_protocol);
-  if (protocol != "native" && protocol != "kserve") {
+  if (protocol != "native" && protocol != "kserve" && protocol != "http") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--protocol='", protocol, "' is not supported; want native "
-        "(metalserve.v1) or kserve (Open Inference Protocol v2)"));
+        "(metalserve.v1), kserve (Open Inference Protocol v2 over gRPC) or "
+        "http (the same over REST)"));
   }
-  c.kserve = protocol == "kserve";
+  c.http = protocol == "http";
+  c.kserve = protocol == "kserve" || c.http;
+  ASSIGN_OR_RETURN(c.http_options, HttpOptionsFromFlags());
+  if (c.http && (!absl::GetFlag(FLAGS_dump_outputs).empty() ||
+                 !absl::GetFlag(FLAGS_tls_server_name).empty())) {
+    return absl::InvalidArgumentError(
+        "--dump_outputs and --tls_server_name are not supported with "
+        "--protocol=http; use --protocol=kserve on the gRPC port");
+  }
   ASSIGN_OR_RETURN(c.format, ParseOutputFormat(absl::GetFlag(FLAGS_output)));
   c.max_error_rate = absl::GetFlag(FLAGS_max_error_rate);
   if (!(c.max_error_rate >= 0 && c.max_error_rate <= 1)) {
@@ -295,7 +343,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.source.seed = absl::GetFlag(FLAGS_seed);
   ASSIGN_OR_RETURN(c.overrides, OverridesFromFlags());
   c.channels.targets =
-      absl::StrSplit(absl::GetFlag(FLAGS_target), ',', absl::SkipEmpty());
+      absl::StrSplit(TargetFlag(), ',', absl::SkipEmpty());
   c.channels.connections = absl::GetFlag(FLAGS_connections);
   c.channels.max_attempts = 1 + absl::GetFlag(FLAGS_retries);
   c.channels.tls_ca = absl::GetFlag(FLAGS_tls_ca);
@@ -305,22 +353,54 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   return c;
 }
 
-// Connects, resolves the inputs (from the server's metadata unless the
-// flags name, type and shape them), builds the request, writes
-// --dump_outputs, and returns the generator that will send it.
-absl::StatusOr<std::unique_ptr<LoadGenerator>> PrepareGenerator(const BenchConfig& c) {
-  ASSIGN_OR_RETURN(auto channels, CreateChannels(c.channels));
-  std::optional<v1::GetModelMetadataResponse> metadata;
-  if (!c.overrides.name || !c.overrides.dtype || !c.overrides.shape) {
-    ASSIGN_OR_RETURN(metadata, c.kserve ? FetchKServeMetadata(channels.front())
-                                        : FetchMetadata(channels.front()));
-  }
+// The request every call sends: inputs from `metadata` unless the flags
+// name, type and shape them.
+absl::StatusOr<v1::PredictRequest> BuildRequest(
+    const BenchConfig& c, const std::optional<v1::GetModelMetadataResponse>& metadata) {
   ASSIGN_OR_RETURN(const std::vector<InputSpec> inputs,
                    ResolveInputs(metadata ? &*metadata : nullptr, c.overrides,
                                  absl::GetFlag(FLAGS_batch)));
   ASSIGN_OR_RETURN(v1::PredictRequest request,
                    BuildPredictRequest(inputs, c.source, absl::GetFlag(FLAGS_model_name)));
   request.set_priority(absl::GetFlag(FLAGS_priority));
+  return request;
+}
+
+bool NeedsMetadata(const BenchConfig& c) {
+  return !c.overrides.name || !c.overrides.dtype || !c.overrides.shape;
+}
+
+// --protocol=http: metadata from GET /v2/models/{name}, calls over REST.
+absl::StatusOr<std::unique_ptr<LoadGenerator>> PrepareHttpGenerator(const BenchConfig& c) {
+  std::optional<v1::GetModelMetadataResponse> metadata;
+  if (NeedsMetadata(c)) {
+    ASSIGN_OR_RETURN(const auto kserve, FetchHttpMetadata(c.http_options));
+    ASSIGN_OR_RETURN(metadata, MetadataFromKServe(kserve));
+  }
+  ASSIGN_OR_RETURN(const v1::PredictRequest request, BuildRequest(c, metadata));
+  inference::ModelInferRequest kserve = ToModelInferRequest(request);
+  // The client's deadline travels to the server as gRPC's does: Triton's
+  // parameters.timeout, in microseconds.
+  if (c.base.deadline != absl::InfiniteDuration()) {
+    (*kserve.mutable_parameters())["timeout"].set_int64_param(
+        absl::ToInt64Microseconds(c.base.deadline));
+  }
+  ASSIGN_OR_RETURN(auto transport, NewHttpTransport(c.http_options, kserve));
+  return LoadGenerator::Create(std::move(transport), Clock::SteadyClock());
+}
+
+// Connects, resolves the inputs (from the server's metadata unless the
+// flags name, type and shape them), builds the request, writes
+// --dump_outputs, and returns the generator that will send it.
+absl::StatusOr<std::unique_ptr<LoadGenerator>> PrepareGenerator(const BenchConfig& c) {
+  if (c.http) return PrepareHttpGenerator(c);
+  ASSIGN_OR_RETURN(auto channels, CreateChannels(c.channels));
+  std::optional<v1::GetModelMetadataResponse> metadata;
+  if (NeedsMetadata(c)) {
+    ASSIGN_OR_RETURN(metadata, c.kserve ? FetchKServeMetadata(channels.front())
+                                        : FetchMetadata(channels.front()));
+  }
+  ASSIGN_OR_RETURN(v1::PredictRequest request, BuildRequest(c, metadata));
   if (!absl::GetFlag(FLAGS_dump_outputs).empty()) {
     RETURN_IF_ERROR(DumpOutputs(channels.front(), request, c.kserve));
   }

@@ -186,6 +186,26 @@ void EncodeKServeOutputs(std::vector<Tensor>& outputs,
   }
 }
 
+inference::ModelConfig KServeModelConfig(const ModelInfo& info, int64_t max_batch_size) {
+  inference::ModelConfig c;
+  c.set_name(info.name);
+  c.set_platform(kKServePlatform);
+  c.set_max_batch_size(static_cast<int32_t>(max_batch_size));
+  for (const auto& spec : info.inputs) {
+    auto* in = c.add_input();
+    in->set_name(spec.name);
+    in->set_data_type(KServeConfigType(spec.dtype));
+    for (size_t d = 1; d < spec.shape.size(); ++d) in->add_dims(spec.shape[d]);
+  }
+  for (const auto& spec : info.outputs) {
+    auto* out = c.add_output();
+    out->set_name(spec.name);
+    out->set_data_type(KServeConfigType(spec.dtype));
+    for (size_t d = 1; d < spec.shape.size(); ++d) out->add_dims(spec.shape[d]);
+  }
+  return c;
+}
+
 absl::StatusOr<int> KServePriority(const inference::ModelInferRequest& request) {
   const auto it = request.parameters().find("priority");
   if (it == request.parameters().end()) return 0;

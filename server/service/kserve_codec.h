@@ -47,6 +47,15 @@ void EncodeKServeOutputs(std::vector<Tensor>& outputs,
                          const std::vector<size_t>& selected,
                          inference::ModelInferResponse* response);
 
+// The platform ModelMetadata and ModelConfig report (Triton's name).
+inline constexpr char kKServePlatform[] = "pytorch_libtorch";
+
+// The served model's KServe ModelConfig, as the ModelConfig RPC and REST's
+// GET /v2/models/{name}/config answer it: name, platform, max_batch_size,
+// inputs and outputs with their config datatype and dims (batch dimension
+// left out, as Triton's dims are).
+inference::ModelConfig KServeModelConfig(const ModelInfo& info, int64_t max_batch_size);
+
 // The request's parameters["priority"] (an int64 or uint64 parameter, as
 // Triton reads it), 0 when absent; INVALID_ARGUMENT for another type or a
 // value beyond int range. The batcher checks the range.

@@ -23,7 +23,7 @@ using inference::ModelInferResponse;
 namespace {
 
 constexpr absl::string_view kModelInfer = "ModelInfer";
-constexpr absl::string_view kPlatform = "pytorch_libtorch";
+constexpr absl::string_view kPlatform = kKServePlatform;
 
 void SetInt64Param(absl::string_view key, int64_t value, ModelInferResponse* r) {
   (*r->mutable_parameters())[std::string(key)].set_int64_param(value);
@@ -190,23 +190,8 @@ grpc::ServerUnaryReactor* KServeService::ModelConfig(
   return Answer(context, "ModelConfig", [&] {
     absl::Status s = CheckModel("name", request->name(), request->version());
     if (!s.ok()) return s;
-    const ModelInfo& info = runner_->info();
-    inference::ModelConfig* c = response->mutable_config();
-    c->set_name(info.name);
-    c->set_platform(std::string(kPlatform));
-    c->set_max_batch_size(static_cast<int32_t>(batcher_->options().max_batch_size));
-    for (const auto& spec : info.inputs) {
-      auto* in = c->add_input();
-      in->set_name(spec.name);
-      in->set_data_type(KServeConfigType(spec.dtype));
-      for (size_t d = 1; d < spec.shape.size(); ++d) in->add_dims(spec.shape[d]);
-    }
-    for (const auto& spec : info.outputs) {
-      auto* out = c->add_output();
-      out->set_name(spec.name);
-      out->set_data_type(KServeConfigType(spec.dtype));
-      for (size_t d = 1; d < spec.shape.size(); ++d) out->add_dims(spec.shape[d]);
-    }
+    *response->mutable_config() =
+        KServeModelConfig(runner_->info(), batcher_->options().max_batch_size);
     return absl::OkStatus();
   });
 }

@@ -177,6 +177,33 @@ absl::StatusOr<bool> BoolParam(const Json& obj, absl::string_view field,
   return v->get<bool>();
 }
 
+// The request's `parameters` as the KServe message's (Triton's priority and
+// timeout among them, read by the same code as gRPC's): integers as int64
+// (uint64 beyond its range), other numbers as double, booleans, strings.
+absl::Status CopyParameters(const Json& root, ModelInferRequest* request) {
+  auto p = root.find("parameters");
+  if (p == root.end()) return absl::OkStatus();
+  if (!p->is_object()) return Invalid("parameters", "an object", *p);
+  for (const auto& [key, v] : p->items()) {
+    inference::InferParameter& out = (*request->mutable_parameters())[key];
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}) {
+      out.set_uint64_param(v.get<uint64_t>());
+    } else if (v.is_number_integer()) {
+      out.set_int64_param(v.get<int64_t>());
+    } else if (v.is_number_float()) {
+      out.set_double_param(v.get<double>());
+    } else if (v.is_boolean()) {
+      out.set_bool_param(v.get<bool>());
+    } else if (v.is_string()) {
+      out.set_string_param(v.get<std::string>());
+    } else {
+      return Invalid(absl::StrCat("parameters.", ClientText(key)),
+                     "a number, string or boolean", v);
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Name, datatype and shape of one input.
 absl::Status DecodeInputHeader(const Json& in, const std::string& f,
                                ModelInferRequest::InferInputTensor* t) {
@@ -332,6 +359,7 @@ absl::StatusOr<RestInferRequest> DecodeRestInferRequest(
   absl::StatusOr<bool> binary = BoolParam(root, "", "binary_data_output", false);
   if (!binary.ok()) return binary.status();
   out.default_binary = *binary;
+  if (absl::Status s = CopyParameters(root, &out.request); !s.ok()) return s;
   if (absl::Status s = DecodeInputs(root, body.substr(json_length), &out.request); !s.ok()) {
     return s;
   }

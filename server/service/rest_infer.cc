@@ -60,7 +60,7 @@ class RestInferTask final : public InferTask {
   RestInferTask(RestServer* server, MHD_Connection* connection, RestServer::Call* call,
                 std::unique_ptr<RestInferRequest> request, std::vector<InputView> inputs,
                 std::vector<size_t> outputs, std::vector<bool> binary, const Runner* runner,
-                InferRecord record)
+                InferRecord record, int priority, absl::Time deadline)
       : server_(server),
         connection_(connection),
         call_(call),
@@ -70,11 +70,15 @@ class RestInferTask final : public InferTask {
         outputs_(std::move(outputs)),
         binary_(std::move(binary)),
         runner_(runner),
-        record_(record) {}
+        record_(record),
+        priority_(priority),
+        deadline_(deadline) {}
 
   int64_t rows() const override { return inputs_.front().shape[0]; }
   absl::string_view batch_key() const override { return key_; }
   const std::vector<InputView>& inputs() const override { return inputs_; }
+  int priority() const override { return priority_; }
+  absl::Time deadline() const override { return deadline_; }
   void Abort(const absl::Status& status) override {
     Complete(ErrorAnswer(status), status, RunStats{});
   }
@@ -119,7 +123,31 @@ class RestInferTask final : public InferTask {
   const std::vector<bool> binary_;
   const Runner* const runner_;
   const InferRecord record_;
+  const int priority_;
+  const absl::Time deadline_;
 };
+
+// Triton's request timeout: parameters["timeout"] in microseconds (int64 or
+// uint64; 0 or absent: none) counted from the request's arrival, enforced as
+// gRPC's deadline is (a request still queued at it is answered 504 and never
+// run). INVALID_ARGUMENT naming the value for a negative or non-integer one.
+absl::StatusOr<absl::Time> RestDeadline(const inference::ModelInferRequest& request,
+                                        absl::Time arrival) {
+  const auto it = request.parameters().find("timeout");
+  if (it == request.parameters().end()) return absl::InfiniteFuture();
+  const inference::InferParameter& p = it->second;
+  if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+    return absl::InfiniteFuture();  // beyond int64 microseconds: never
+  }
+  if (p.parameter_choice_case() != inference::InferParameter::kInt64Param ||
+      p.int64_param() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters.timeout must be a non-negative integer of microseconds (0: none), got ",
+        p.ShortDebugString()));
+  }
+  if (p.int64_param() == 0) return absl::InfiniteFuture();
+  return arrival + absl::Microseconds(p.int64_param());
+}
 
 // The Inference-Header-Content-Length header: nullopt when absent.
 absl::StatusOr<std::optional<size_t>> HeaderLength(MHD_Connection* connection) {
@@ -140,11 +168,14 @@ struct Admitted {
   std::vector<InputView> inputs;
   std::vector<size_t> outputs;
   std::vector<bool> binary;  // parallel to outputs
+  int priority = 0;
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 absl::StatusOr<Admitted> Admit(MHD_Connection* connection, absl::string_view body,
                                absl::string_view name, absl::string_view version,
-                               const ModelInfo& info, const absl::Status& model) {
+                               const ModelInfo& info, const absl::Status& model,
+                               absl::Time arrival) {
   absl::StatusOr<std::optional<size_t>> header_length = HeaderLength(connection);
   if (!header_length.ok()) return header_length.status();
   absl::StatusOr<RestInferRequest> decoded =
@@ -154,6 +185,12 @@ absl::StatusOr<Admitted> Admit(MHD_Connection* connection, absl::string_view bod
   a.request = std::make_unique<RestInferRequest>(*std::move(decoded));
   const inference::ModelInferRequest& r = a.request->request;
   if (!model.ok()) return model;
+  absl::StatusOr<int> priority = KServePriority(r);
+  if (!priority.ok()) return priority.status();
+  absl::StatusOr<absl::Time> deadline = RestDeadline(r, arrival);
+  if (!deadline.ok()) return deadline.status();
+  a.priority = *priority;
+  a.deadline = *deadline;
   std::vector<std::string> storage;  // stays empty: the inputs are raw
   absl::StatusOr<std::vector<RawInput>> raw = DecodeKServeInputs(r, &storage);
   if (!raw.ok()) return raw.status();
@@ -185,12 +222,14 @@ int RestServer::Infer(MHD_Connection* connection, Call* call, absl::string_view 
   }
   if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
   absl::StatusOr<Admitted> admitted =
-      Admit(connection, call->body, name, version, runner_->info(), CheckModel(name, version));
+      Admit(connection, call->body, name, version, runner_->info(), CheckModel(name, version),
+            call->start);
   std::string().swap(call->body);  // the request holds its own copy now
   if (!admitted.ok()) return fail(admitted.status());
   auto task = std::make_unique<RestInferTask>(
       this, connection, call, std::move(admitted->request), std::move(admitted->inputs),
-      std::move(admitted->outputs), std::move(admitted->binary), runner_, record);
+      std::move(admitted->outputs), std::move(admitted->binary), runner_, record,
+      admitted->priority, admitted->deadline);
   // Suspended before the batcher can answer it, so that the resume follows.
   call->submitted = true;
   Suspended();

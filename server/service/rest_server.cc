@@ -37,6 +37,7 @@ constexpr absl::string_view kServerReady = "http_ServerReady";
 constexpr absl::string_view kServerMetadata = "http_ServerMetadata";
 constexpr absl::string_view kModelMetadata = "http_ModelMetadata";
 constexpr absl::string_view kModelReady = "http_ModelReady";
+constexpr absl::string_view kModelConfig = "http_ModelConfig";
 
 void LogFromDaemon(void* /*cls*/, const char* format, va_list ap) {
   char line[512];
@@ -315,7 +316,8 @@ namespace {
 
 // A parsed /v2 path.
 struct Route {
-  enum Kind { kNone, kLive, kReady, kServer, kModel, kModelReady, kInfer } kind = kNone;
+  enum Kind { kNone, kLive, kReady, kServer, kModel, kModelReady, kModelConfig, kInfer };
+  Kind kind = kNone;
   std::string name;     // model name
   std::string version;  // empty: any
 };
@@ -336,6 +338,7 @@ Route ParseRoute(const char* url) {
   }
   if (p.size() == next) r.kind = Route::kModel;
   if (p.size() == next + 1 && p[next] == "ready") r.kind = Route::kModelReady;
+  if (p.size() == next + 1 && p[next] == "config") r.kind = Route::kModelConfig;
   if (p.size() == next + 1 && p[next] == "infer") r.kind = Route::kInfer;
   return r;
 }
@@ -353,6 +356,25 @@ Json ModelMetadata(const ModelInfo& info) {
     meta[side] = std::move(tensors);
   }
   return meta;
+}
+
+// Triton's /config body: the ModelConfig message's fields by their proto
+// names, dims as numbers (protobuf's JSON would print int64 as strings).
+Json ModelConfigJson(const inference::ModelConfig& config) {
+  Json j = {{"name", config.name()}, {"platform", config.platform()},
+            {"max_batch_size", config.max_batch_size()}};
+  auto tensors = [](const auto& list) {
+    Json out = Json::array();
+    for (const auto& t : list) {
+      out.push_back({{"name", t.name()},
+                     {"data_type", inference::DataType_Name(t.data_type())},
+                     {"dims", std::vector<int64_t>(t.dims().begin(), t.dims().end())}});
+    }
+    return out;
+  };
+  j["input"] = tensors(config.input());
+  j["output"] = tensors(config.output());
+  return j;
 }
 
 }  // namespace
@@ -419,11 +441,18 @@ int RestServer::Dispatch(MHD_Connection* connection, Call* call, const char* url
     default: break;
   }
   const absl::Status model = CheckModel(route.name, route.version);
-  const absl::string_view label = route.kind == Route::kModel ? kModelMetadata : kModelReady;
+  const absl::string_view label = route.kind == Route::kModel         ? kModelMetadata
+                                  : route.kind == Route::kModelConfig ? kModelConfig
+                                                                      : kModelReady;
   if (!model.ok()) return Answer(connection, call, label, model.code(), ErrorAnswer(model));
   if (route.kind == Route::kModel) {
     return Answer(connection, call, label, absl::StatusCode::kOk,
                   JsonAnswer(ModelMetadata(info)));
+  }
+  if (route.kind == Route::kModelConfig) {
+    return Answer(connection, call, label, absl::StatusCode::kOk,
+                  JsonAnswer(ModelConfigJson(
+                      KServeModelConfig(info, batcher_->options().max_batch_size))));
   }
   RestAnswer a = JsonAnswer({{"name", info.name}, {"ready", ready}});
   if (!ready) a.status = MHD_HTTP_SERVICE_UNAVAILABLE;

@@ -17,6 +17,7 @@
 #include "client/channel_factory.h"
 #include "client/report.h"
 #include "grpcpp/client_context.h"
+#include "metalserve/v1/inference.grpc.pb.h"
 #include "client/request_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

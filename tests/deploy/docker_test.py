@@ -7,7 +7,7 @@ says which images were built where):
   - multi-stage: a builder stage that runs scripts/setup, the script CI
     (.ci/run) runs, and a runtime stage FROM a different base;
   - the runtime stage runs as a non-root numeric user (the uid the
-    Kubernetes Deployment sets), exposes 8500 and 9464, has a HEALTHCHECK,
+    Kubernetes Deployment sets), exposes 8500, 8000 (REST) and 9464, has a HEALTHCHECK,
     and its ENTRYPOINT/CMD name files it copied and flags the server has;
   - the CPU image is Debian 12.
 With --server and --model, the HEALTHCHECK command itself runs against a
@@ -148,7 +148,7 @@ class Dockerfiles(unittest.TestCase):
         for name in self.files:
             stage = self.final(name)
             ports = " ".join(self.body(stage, "EXPOSE")).split()
-            self.assertEqual(sorted(ports), ["8500", "9464"], name)
+            self.assertEqual(sorted(ports), ["8000", "8500", "9464"], name)
             self.assertEqual(len(self.body(stage, "HEALTHCHECK")), 1, name)
 
     def test_entrypoint_and_cmd_serve_the_network_with_known_flags(self):
@@ -167,6 +167,7 @@ class Dockerfiles(unittest.TestCase):
             self.assertEqual(flags["address"], f"0.0.0.0:{ports['grpc']}", name)
             self.assertEqual(flags["metrics_address"], f"0.0.0.0:{ports['metrics']}",
                              name)
+            self.assertEqual(flags["http_address"], f"0.0.0.0:{ports['http']}", name)
             # The Deployment's --model must name a file the image holds.
             self.assertEqual(os.path.dirname(flags["model"]),
                              os.path.dirname(k8s_flags["model"]), name)

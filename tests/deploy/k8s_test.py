@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The Kubernetes manifests in deploy/k8s parse and agree with each other and
 with the server: selectors match the pod labels, probes and Services name
-the container's ports, the server binds those ports on 0.0.0.0, the pods are
+the container's ports (gRPC, REST, metrics), the server binds those ports on 0.0.0.0, the pods are
 scraped one way only (the ServiceMonitor, whose jobLabel yields the job the
 alerts match; no prometheus.io annotations), the grace period outlasts the
 drain, and the HPA scales on a metric the server exports. No cluster runs here;
@@ -78,13 +78,14 @@ class K8sManifests(unittest.TestCase):
         self.assertTrue(matches(self.deploy["spec"]["selector"]["matchLabels"],
                                 self.pod_labels))
 
-    def test_ports_are_named_grpc_and_metrics(self):
-        self.assertEqual(self.ports, {"grpc": 8500, "metrics": 9464})
+    def test_ports_are_named_grpc_http_and_metrics(self):
+        self.assertEqual(self.ports, {"grpc": 8500, "http": 8000, "metrics": 9464})
 
     def test_server_binds_the_container_ports_on_all_interfaces(self):
         self.assertEqual(self.flags["address"], f"0.0.0.0:{self.ports['grpc']}")
         self.assertEqual(self.flags["metrics_address"],
                          f"0.0.0.0:{self.ports['metrics']}")
+        self.assertEqual(self.flags["http_address"], f"0.0.0.0:{self.ports['http']}")
         deploy_common.check_flags_known(self, self.flags, ARGS.server)
 
     def test_probes_are_native_grpc_on_the_grpc_port(self):
@@ -147,6 +148,15 @@ class K8sManifests(unittest.TestCase):
         self.assertTrue(matches(spec["selector"], self.pod_labels))
         self.assertEqual([(p["name"], p["port"], p["targetPort"]) for p in spec["ports"]],
                          [("grpc", self.ports["grpc"], "grpc")])
+
+    def test_http_service_reaches_the_rest_port_of_the_pods(self):
+        http = [s for s in self.services().values()
+                if any(p["name"] == "http" for p in s["spec"]["ports"])]
+        self.assertEqual(len(http), 1)
+        spec = http[0]["spec"]
+        self.assertTrue(matches(spec["selector"], self.pod_labels))
+        self.assertEqual([(p["name"], p["port"], p["targetPort"]) for p in spec["ports"]],
+                         [("http", self.ports["http"], "http")])
 
     def test_metrics_service_and_service_monitor_reach_the_metrics_port(self):
         metrics = [s for s in self.services().values()

@@ -74,6 +74,7 @@ class LaunchdPlist(unittest.TestCase):
         self.assertEqual(self.flags["device"], "mps")
         self.assertTrue(self.flags["address"].endswith(":8500"))
         self.assertTrue(self.flags["metrics_address"].endswith(":9464"))
+        self.assertTrue(self.flags["http_address"].endswith(":8000"))
         self.assertTrue(os.path.isabs(self.flags["model"]))
         deploy_common.check_flags_known(self, self.flags, ARGS.server)
 

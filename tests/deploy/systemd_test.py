@@ -134,6 +134,7 @@ class SystemdUnit(unittest.TestCase):
         self.assertTrue(self.argv[0].endswith("/metalserve"))
         self.assertEqual(self.flags["address"], "0.0.0.0:8500")
         self.assertEqual(self.flags["metrics_address"], "0.0.0.0:9464")
+        self.assertEqual(self.flags["http_address"], "0.0.0.0:8000")
         deploy_common.check_flags_known(self, self.flags, ARGS.server)
 
 

@@ -129,9 +129,9 @@ TEST_F(KServeBenchTest, DumpOutputsIsTheSameOverBothProtocols) {
 }
 
 TEST_F(KServeBenchTest, UnknownProtocolIsAUsageError) {
-  const Outcome o = RunBench("--protocol=http --target=" + target_);
+  const Outcome o = RunBench("--protocol=soap --target=" + target_);
   EXPECT_EQ(o.exit_code, 1);
-  EXPECT_THAT(o.out, HasSubstr("--protocol='http' is not supported; want native"));
+  EXPECT_THAT(o.out, HasSubstr("--protocol='soap' is not supported; want native"));
 }
 
 }  // namespace

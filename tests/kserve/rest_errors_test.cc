@@ -226,6 +226,52 @@ TEST_F(RestTest, InferWaitingForItsBatchHoldsNoPollingThread) {
   EXPECT_EQ(statuses, std::vector<int>({200, 200, 200}));
 }
 
+// Triton's parameters.timeout (microseconds) is the request's deadline, as
+// gRPC's is: a request whose deadline passed while it waited behind a held
+// batch is answered 504 when the executor next polls, and never runs.
+TEST_F(RestTest, TimeoutParameterPassedInQueueIsAnswered504AndNeverRuns) {
+  runner_.CloseGate();
+  int held_status = 0;
+  std::thread held([this, &held_status] {
+    held_status = Post(kInfer, JsonInput(1, {1, 2, 3, 4}).dump()).status;
+  });
+  runner_.AwaitRunning(1);
+  Json late = JsonInput(1, {5, 6, 7, 8});
+  late["parameters"] = {{"timeout", 50000}};
+  const absl::Time sent = absl::Now();
+  HttpResponse r;
+  std::thread waiting([&] { r = Post(kInfer, late.dump()); });
+  EXPECT_TRUE(AwaitQueueDepth(1));
+  // Let the 50 ms pass before freeing the executor, whose next poll must
+  // then expire the request (as ServiceTest's gRPC twin does).
+  absl::SleepFor(sent + absl::Milliseconds(60) - absl::Now());
+  runner_.OpenGate();
+  waiting.join();
+  held.join();
+  EXPECT_EQ(r.status, 504);
+  EXPECT_THAT(Error(r), HasSubstr("deadline passed"));
+  EXPECT_EQ(held_status, 200);
+  EXPECT_EQ(runner_.batch_rows(), std::vector<int64_t>({1}));
+}
+
+TEST_F(RestTest, TimeoutAndPriorityParametersAreCheckedLikeGrpcs) {
+  Json j = JsonInput(1, {1, 2, 3, 4});
+  j["parameters"] = {{"timeout", -5}};
+  HttpResponse r = Post(kInfer, j.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(Error(r), HasSubstr("parameters.timeout must be a non-negative integer"));
+  j["parameters"] = {{"priority", 3}};
+  r = Post(kInfer, j.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(Error(r), HasSubstr("priority 3 is out of range [1, 1]"));
+  j["parameters"] = {{"timeout", 30000000}, {"priority", 1}, {"note", "x"}};
+  EXPECT_EQ(Post(kInfer, j.dump()).status, 200);
+  j["parameters"] = {{"timeout", {1}}};
+  r = Post(kInfer, j.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(Error(r), HasSubstr("parameters.timeout must be a number, string or boolean"));
+}
+
 TEST_F(RestTest, FullQueueIsRefused503) {
   server_.reset();
   ServerOptions so = testing::LoopbackServerOptions();

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -55,6 +56,33 @@ TEST_F(RestTest, HealthAndMetadataEndpointsAnswer) {
   EXPECT_EQ(Get("/v2/nothing").status, 404);
   EXPECT_EQ(Post("/v2/health/live", "").status, 405);
   EXPECT_EQ(Get(kInfer).status, 405);
+}
+
+// Triton's GET /v2/models/{name}/config: the gRPC ModelConfig, field by field.
+TEST_F(RestTest, ModelConfigAnswersWhatTheGrpcServiceDoes) {
+  auto channel = grpc::CreateChannel(ServerTarget(), grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  grpc::ClientContext ctx;
+  inference::ModelConfigRequest q;
+  q.set_name("fake");
+  inference::ModelConfigResponse g;
+  ASSERT_TRUE(stub->ModelConfig(&ctx, q, &g).ok());
+  for (const char* path : {"/v2/models/fake/config", "/v2/models/fake/versions/1/config"}) {
+    HttpResponse r = Get(path);
+    ASSERT_EQ(r.status, 200) << path << r.body;
+    const Json j = Json::parse(r.body);
+    EXPECT_EQ(j["name"], g.config().name());
+    EXPECT_EQ(j["platform"], "pytorch_libtorch");
+    EXPECT_EQ(j["max_batch_size"], g.config().max_batch_size());
+    ASSERT_EQ(j["input"].size(), 1u);
+    EXPECT_EQ(j["input"][0]["name"], g.config().input(0).name());
+    EXPECT_EQ(j["input"][0]["data_type"], "TYPE_FP32");
+    EXPECT_EQ(j["input"][0]["dims"], Json({4}));
+    EXPECT_EQ(j["output"][0]["name"], g.config().output(0).name());
+  }
+  EXPECT_EQ(Get("/v2/models/other/config").status, 404);
+  EXPECT_EQ(Get("/v2/models/fake/versions/2/config").status, 404);
+  EXPECT_EQ(Post("/v2/models/fake/config", "").status, 405);
 }
 
 TEST_F(RestTest, ReadinessIs503FromTheMomentServingStops) {
