@@ -109,7 +109,11 @@ class ReadmeFigures(unittest.TestCase):
             with open(path) as f:
                 result = json.load(f)
             name = os.path.basename(path)
-            self.assertTrue(result.get("command", "").startswith("bench/run.py"), name)
+            # The command that wrote it, starting with the bench/ script.
+            script = result.get("command", "").split(" ")[0]
+            self.assertTrue(script.startswith("bench/"), f"{name}: command {script!r}")
+            self.assertTrue(os.path.isfile(os.path.join(ARGS.source_dir, script)),
+                            f"{name}: {script} is not in the tree")
             label = result.get("host_label")
             if label is not None:  # files written before --host_label lack it
                 self.assertTrue(name.startswith(label + "-"), f"{name}: label {label}")
