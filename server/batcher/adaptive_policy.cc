@@ -94,15 +94,25 @@ AdaptivePolicy::AdaptivePolicy(int64_t max_batch_size,
                                const std::vector<BatchCostPoint>& seed)
     : max_batch_size_(max_batch_size),
       allowed_(std::move(allowed_batch_sizes)),
-      costs_(max_batch_size) {
+      costs_(max_batch_size),
+      occupancy_(max_batch_size) {
   costs_.Seed(seed);
 }
 
-absl::Duration AdaptivePolicy::CostOf(int64_t rows) const {
+int64_t AdaptivePolicy::Padded(int64_t rows) const {
   for (int64_t size : allowed_) {
-    if (size >= rows) return costs_.Cost(size);
+    if (size >= rows) return size;
   }
-  return costs_.Cost(rows);
+  return rows;
+}
+
+absl::Duration AdaptivePolicy::CostOf(int64_t rows) const {
+  const int64_t padded = Padded(rows);
+  return std::max(costs_.Cost(padded), occupancy_.Cost(padded));
+}
+
+absl::Duration AdaptivePolicy::DeviceCostOf(int64_t rows) const {
+  return costs_.Cost(Padded(rows));
 }
 
 AdaptivePolicy::Decision AdaptivePolicy::Decide(int64_t rows, absl::Time now,

@@ -157,6 +157,10 @@ void BatchQueue::ObserveBatch(int64_t padded_rows, absl::Duration cost) {
   if (adaptive_) adaptive_->ObserveBatch(padded_rows, cost);
 }
 
+void BatchQueue::ObserveOccupancy(int64_t padded_rows, absl::Duration took) {
+  if (adaptive_) adaptive_->ObserveOccupancy(padded_rows, took);
+}
+
 absl::Duration BatchQueue::EstimatedCost(int64_t rows) const {
   return adaptive_ ? adaptive_->CostOf(rows) : absl::ZeroDuration();
 }

@@ -160,10 +160,12 @@ class BatchQueue {
   PollResult Poll(absl::Time now, bool draining);
 
   // Adaptive policy inputs (ignored under kFixed): when the batches handed to
-  // the device are expected to be done, and the measured cost of one that
-  // ran at `padded_rows`.
+  // the executors are expected to be done, and the measured device time of
+  // one that ran at `padded_rows`.
   void SetDeviceFreeAt(absl::Time t);
   void ObserveBatch(int64_t padded_rows, absl::Duration cost);
+  // How long a batch of `padded_rows` occupied its executor, end to end.
+  void ObserveOccupancy(int64_t padded_rows, absl::Duration took);
   // Estimated cost of a batch of `rows`; zero under kFixed.
   absl::Duration EstimatedCost(int64_t rows) const;
   const AdaptivePolicy* adaptive() const { return adaptive_ ? &*adaptive_ : nullptr; }

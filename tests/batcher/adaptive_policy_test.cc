@@ -187,6 +187,65 @@ TEST(AdaptivePolicyTest, NoCostFiguresMeansNoWait) {
   EXPECT_EQ(r.batch->reason, CloseReason::kNoGain);
 }
 
+// A fast model on a busy server: the forward costs 20-40 us, but each batch
+// occupies its executor 400 us + 10 us per row end to end (hand-off,
+// gathering, answering every request), as the identity model does here.
+BatcherOptions FastModel() {
+  BatcherOptions o;
+  o.policy = BatchingPolicy::kAdaptive;
+  o.max_batch_size = 32;
+  o.max_queue_delay = absl::Milliseconds(5);
+  o.max_queue_size = 1024;
+  o.batch_costs = {{1, 20 * kUs}, {32, 40 * kUs}};
+  return o;
+}
+
+void ObserveFastModelOccupancy(BatchQueue& q) {
+  q.ObserveOccupancy(1, 410 * kUs);
+  q.ObserveOccupancy(32, 720 * kUs);
+}
+
+TEST(AdaptivePolicyTest, CostIncludesTheExecutorsPerBatchOverhead) {
+  BatchQueue q(FastModel());
+  // The forward alone until the executors report.
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(q.EstimatedCost(16)), 20 + 20.0 * 15 / 31, 1e-3);
+  ObserveFastModelOccupancy(q);
+  EXPECT_EQ(q.EstimatedCost(1), 410 * kUs);
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(q.EstimatedCost(16)), 410 + 310.0 * 15 / 31, 1e-3);
+}
+
+TEST(AdaptivePolicyTest, FastModelKeepsFillingWhileAnotherExecutorIsBusy) {
+  BatchQueue q(FastModel());
+  ObserveFastModelOccupancy(q);
+  // One request every 20 us (50,000/s).
+  absl::Time t = Prime(q, kT0, 20 * kUs, 200) + 20 * kUs;
+  // The other executor has just taken a batch of 16 (as the Batcher
+  // reports it: started now, its cost estimated from the curve).
+  DeviceLoad load;
+  const absl::Duration running = q.EstimatedCost(16);  // ~560 us
+  q.SetDeviceFreeAt(load.Started(t, running));
+  const absl::Time back = t + running;
+  // Rows keep coming while it runs: closing a second small batch beside it
+  // would pay the per-batch overhead again, so the batch keeps filling.
+  int rows = 0;
+  std::optional<Batch> batch;
+  for (; t < back - 20 * kUs; t += 20 * kUs) {
+    Admit(q, t);
+    ++rows;
+    auto r = q.Poll(t, false);
+    ASSERT_FALSE(r.batch.has_value()) << "closed at " << rows << " rows, "
+                                      << absl::FormatDuration(back - t) << " before the executor is back";
+    EXPECT_LE(r.wake_at, back);
+  }
+  ASSERT_GE(rows, 25);
+  // The executor is back (free, nothing in flight): the batch goes.
+  q.SetDeviceFreeAt(load.Done(back, running));
+  auto r = q.Poll(back, false);
+  ASSERT_TRUE(r.batch.has_value());
+  EXPECT_EQ(r.batch->rows, rows);
+  EXPECT_EQ(r.batch->reason, CloseReason::kNoGain);
+}
+
 TEST(DeviceLoadTest, FreeTimeStaysWithinTheWorkInFlightUnderSustainedLoad) {
   // Two executors keep the device busy: a batch always in flight, each
   // estimated at 1 ms, each really done in 0.5 ms.
