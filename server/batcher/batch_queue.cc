@@ -244,22 +244,36 @@ int64_t BatchQueue::MaxRows() const {
   return lo;
 }
 
+absl::Duration BatchQueue::EstimateCompletion(int64_t rows_through, absl::Time now) const {
+  const int64_t cap = MaxRows();
+  const int64_t whole = (rows_through - 1) / cap;  // full batches before its own
+  const int64_t last = rows_through - whole * cap;
+  const absl::Duration busy = std::max(adaptive_->device_free_at() - now, absl::ZeroDuration());
+  // Executors run batches side by side: the work before the request's own
+  // batch is shared among them, then its batch takes its whole cost.
+  const int executors = options_.num_executors;
+  const absl::Duration spread =
+      (busy + whole * adaptive_->CostOf(cap)) / executors + adaptive_->CostOf(last);
+  // The device runs one forward at a time, whatever the executors do.
+  const absl::Duration device = busy + whole * adaptive_->DeviceCostOf(cap) +
+                                adaptive_->DeviceCostOf(last);
+  return std::max(spread, device);
+}
+
 absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Time now) const {
   if (options_.latency_target <= absl::ZeroDuration() || !adaptive_) return absl::OkStatus();
   int64_t ahead = 0;
   for (int l = 1; l <= task.priority_level; ++l) ahead += level_rows_[l - 1];
-  const int64_t cap = MaxRows();
-  const int64_t total = ahead + task.rows();
-  const absl::Duration busy = std::max(adaptive_->device_free_at() - now, absl::ZeroDuration());
-  const absl::Duration estimate = busy + (total / cap) * adaptive_->CostOf(cap) +
-                                  (total % cap > 0 ? adaptive_->CostOf(total % cap) : absl::ZeroDuration());
+  const absl::Duration estimate = EstimateCompletion(ahead + task.rows(), now);
   const absl::Time deadline = std::min(task.EffectiveDeadline(), now + options_.latency_target);
   if (now + estimate <= deadline) return absl::OkStatus();
+  const int64_t cap = MaxRows();
   return absl::DeadlineExceededError(absl::StrCat(
-      "refused at once: estimated to finish in ", absl::FormatDuration(estimate),
-      " (device busy ", absl::FormatDuration(busy), ", ", ahead,
-      " rows queued ahead at priority <= ", task.priority_level, ", batches of up to ", cap,
-      " rows at ", absl::FormatDuration(adaptive_->CostOf(cap)), "), after its deadline in ",
+      "refused at once: estimated to finish in ", absl::FormatDuration(estimate), " (executors busy ",
+      absl::FormatDuration(std::max(adaptive_->device_free_at() - now, absl::ZeroDuration())),
+      ", ", ahead, " rows queued ahead at priority <= ", task.priority_level,
+      ", batches of up to ", cap, " rows at ", absl::FormatDuration(adaptive_->CostOf(cap)),
+      " on ", options_.num_executors, " executor(s)), after its deadline in ",
       absl::FormatDuration(deadline - now), " (latency_target ",
       absl::FormatDuration(options_.latency_target), ")"));
 }

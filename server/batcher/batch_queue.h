@@ -30,9 +30,12 @@
 //    formula and why are in adaptive_policy.h. max_queue_delay stays the
 //    bound.
 //  * With a latency_target: see BatcherOptions::latency_target. The estimate
-//    of a request's completion at admission: the device's remaining work
-//    (SetDeviceFreeAt), then the rows queued at its level or higher and its
-//    own, in batches of the capped size, each at the cost curve's figure.
+//    of a request's completion at admission: the rows queued at its level or
+//    higher and its own, in batches of the capped size, each at the cost
+//    curve's figure (executor occupancy, per-batch overhead included); the
+//    work in flight (SetDeviceFreeAt) and the batches before its own are
+//    shared among num_executors executors, then its own batch runs; and
+//    never less than the device's forwards of all of them one after another.
 //  * Otherwise Poll says when to look again: the oldest task's delay expiry,
 //    the earliest deadline or when the adaptive policy reconsiders, whichever
 //    is first.
@@ -184,6 +187,11 @@ class BatchQueue {
   // Under a latency target: DEADLINE_EXCEEDED with the estimate when `task`
   // (level set) cannot finish before its deadline or now + target.
   absl::Status CheckCompletionEstimate(const BatchTask& task, absl::Time now) const;
+  // Under a latency target: how long until the first `rows_through` queued
+  // rows (in priority order) are done: the work in flight and the batches
+  // ahead spread over the executors, but never less than the device's
+  // forwards one after another.
+  absl::Duration EstimateCompletion(int64_t rows_through, absl::Time now) const;
   // Checks the level's own bound and sets the task's level fields.
   absl::Status AdmitAtLevel(BatchTask* task, absl::Time now);
   // Index in tasks_ of the task that heads the next batch.
