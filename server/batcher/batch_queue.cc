@@ -396,6 +396,10 @@ std::optional<CloseReason> BatchQueue::Consider(size_t head, absl::Time now, boo
   for (size_t i : c->picked) oldest = std::min(oldest, tasks_[i]->enqueue_time);
   if (full) return CloseReason::kFull;
   if (draining) return CloseReason::kDraining;
+  if (adaptive_ && options_.policy == BatchingPolicy::kAdaptive &&
+      tasks_[head]->priority_level < options_.priority_levels) {
+    return CloseReason::kNoGain;  // a higher level is not held to fill its batch
+  }
   absl::Time expiry = oldest + options_.max_queue_delay;
   if (options_.latency_target > absl::ZeroDuration()) {
     expiry = std::min(expiry, oldest + options_.latency_target - 2 * EstimatedCost(c->rows));

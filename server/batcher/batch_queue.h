@@ -28,7 +28,11 @@
 //  * With policy kAdaptive, it also closes before the delay expires as soon
 //    as waiting is not expected to pay (reason kNoGain): the rule, its
 //    formula and why are in adaptive_policy.h. max_queue_delay stays the
-//    bound.
+//    bound. A batch headed by a task above the lowest level closes as soon
+//    as an executor is free (kNoGain; lower-level rows of its shape fill its
+//    room): the rule waits for throughput, which is the lowest level's
+//    concern; a higher level's request waited for the busy executor to come
+//    back (up to a whole batch's occupancy) before this.
 //  * With a latency_target: see BatcherOptions::latency_target. The estimate
 //    of a request's completion at admission: the rows queued at its level or
 //    higher and its own, in batches of the capped size, each at the cost
