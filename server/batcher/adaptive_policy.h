@@ -18,13 +18,14 @@
 //        is already longer (so a rate that drops is seen before the next
 //        arrival); infinite before two requests have been seen,
 //   F    time until the device is free: max(0, device_free_at - now), where
-//        device_free_at is the estimated end of the batches already handed to
-//        the executors, each at its c(m) (the batcher tells it; 0 when nothing
-//        runs). Since c(m) is the executor's occupancy, F > 0 says another
-//        executor is still busy with a batch: a batch closed now would only
-//        add a second small batch beside it, paying the per-batch overhead
-//        again, where waiting lets the rows join one larger batch taken when
-//        that executor is free,
+//        device_free_at is the estimated end of the forwards already handed
+//        to the device, each at its device time (the batcher tells it; 0 when
+//        nothing runs). Deliberately the device alone, not the executors'
+//        occupancy: a variant that also waited while another executor was
+//        busy answering (F from the occupancy) made the two executors take
+//        turns, and measured here (identity, c=64 and 256, interleaved with
+//        the same build's fixed delays) it lost to fixed 0 ms, which runs
+//        both side by side; batches grew no larger,
 //   c(m) estimated cost of a batch of m rows (after padding) as the server
 //        pays it: the larger of the device time of one batch (timed at
 //        warm-up for each warm-up size and refined from every batch's run)
@@ -46,17 +47,16 @@
 // otherwise close (reason kNoGain). Consequences:
 //  * Light load (tau large against c): B - A ~ n * tau > 0, close at once; a
 //    lone request with nothing expected (tau infinite) never waits.
-//  * Device or executors busy (F >= tau): waiting costs nothing the rows
-//    would not wait anyway, and a subadditive cost curve makes B < A: the
-//    batch grows until the busy executor is expected back (or it is full),
-//    then goes (the device never sits idle for the sake of a batch). On a
-//    fast model this is what keeps batches large under load: the executors
-//    take turns, each batch collecting the rows that arrive while the other
-//    runs, instead of two executors closing small batches side by side.
+//  * Device busy (F >= tau): waiting costs nothing the rows would not wait
+//    anyway, and a subadditive cost curve makes B < A: the batch grows until
+//    the device is free (the device never sits idle for the sake of a batch).
 //  * Heavy load, device idle, c(m) = c0 + r * m: wait while
 //    (n + k) * tau + k * (r * n - c0) < 0, i.e. until n ~ (c0 - tau) / (tau + r)
 //    for k = 1: the batch grows while the fixed cost it saves exceeds the
-//    latency its rows pay for the wait.
+//    latency its rows pay for the wait. c0 holds the per-batch overhead: a
+//    model whose forward costs 20 us but whose batch occupies its executor
+//    400 us waits for ~12 rows at 50,000 requests/s, where the forward alone
+//    (c0 < tau) sent every request on its own.
 //  * max_queue_delay stays the bound: the queue closes at the oldest row's
 //    delay expiry whatever the policy says.
 // With no cost figures (c = 0) the rule never waits: it degrades to

@@ -165,6 +165,10 @@ absl::Duration BatchQueue::EstimatedCost(int64_t rows) const {
   return adaptive_ ? adaptive_->CostOf(rows) : absl::ZeroDuration();
 }
 
+absl::Duration BatchQueue::EstimatedDeviceCost(int64_t rows) const {
+  return adaptive_ ? adaptive_->DeviceCostOf(rows) : absl::ZeroDuration();
+}
+
 std::optional<CloseReason> BatchQueue::PartialClose(int64_t rows, absl::Time now,
                                                     absl::Time delay_expiry,
                                                     absl::Time* wake_at) const {
@@ -269,7 +273,7 @@ absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Ti
   if (now + estimate <= deadline) return absl::OkStatus();
   const int64_t cap = MaxRows();
   return absl::DeadlineExceededError(absl::StrCat(
-      "refused at once: estimated to finish in ", absl::FormatDuration(estimate), " (executors busy ",
+      "refused at once: estimated to finish in ", absl::FormatDuration(estimate), " (device busy ",
       absl::FormatDuration(std::max(adaptive_->device_free_at() - now, absl::ZeroDuration())),
       ", ", ahead, " rows queued ahead at priority <= ", task.priority_level,
       ", batches of up to ", cap, " rows at ", absl::FormatDuration(adaptive_->CostOf(cap)),

@@ -166,15 +166,18 @@ class BatchQueue {
   };
   PollResult Poll(absl::Time now, bool draining);
 
-  // Adaptive policy inputs (ignored under kFixed): when the batches handed to
-  // the executors are expected to be done, and the measured device time of
+  // Adaptive policy inputs (ignored under kFixed): when the forwards handed
+  // to the device are expected to be done, and the measured device time of
   // one that ran at `padded_rows`.
   void SetDeviceFreeAt(absl::Time t);
   void ObserveBatch(int64_t padded_rows, absl::Duration cost);
   // How long a batch of `padded_rows` occupied its executor, end to end.
   void ObserveOccupancy(int64_t padded_rows, absl::Duration took);
-  // Estimated cost of a batch of `rows`; zero under kFixed.
+  // Estimated cost of a batch of `rows` (the larger of its device time and
+  // its executor occupancy); zero under kFixed.
   absl::Duration EstimatedCost(int64_t rows) const;
+  // Its device time alone (what SetDeviceFreeAt's estimate is made of).
+  absl::Duration EstimatedDeviceCost(int64_t rows) const;
   const AdaptivePolicy* adaptive() const { return adaptive_ ? &*adaptive_ : nullptr; }
 
   int64_t queued_rows() const { return queued_rows_; }

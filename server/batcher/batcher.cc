@@ -81,7 +81,7 @@ void Batcher::Shutdown() {
 }
 
 absl::Duration Batcher::BatchStarted(int64_t padded_rows, absl::Time now) {
-  const absl::Duration cost = queue_.EstimatedCost(padded_rows);
+  const absl::Duration cost = queue_.EstimatedDeviceCost(padded_rows);
   queue_.SetDeviceFreeAt(device_load_.Started(now, cost));
   return cost;
 }

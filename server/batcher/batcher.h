@@ -14,7 +14,7 @@
 //    while batch N computes (pipelining); the processor bounds concurrent
 //    device work itself.
 //  * Under the adaptive policy the batcher tells the queue when the batches
-//    it handed out are expected to be done (from the cost curve), the
+//    it handed out are expected to be done (from the device-time curve), the
 //    processor reports how long each occupied the device
 //    (ObserveBatchCost), and the batcher times how long each occupied its
 //    executor end to end (the processor's whole call: gathering, forward,

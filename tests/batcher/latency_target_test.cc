@@ -109,13 +109,13 @@ TEST(LatencyTargetTest, WorkAheadIsSharedAmongTheExecutors) {
   // 8 x 720 us / 2 + 410 us = 3.29 ms: within the 5 ms target.
   std::unique_ptr<BatchTask> t = MakeTask(1);
   EXPECT_THAT(q.Admit(&t, kT0), IsOk());
-  // Both executors busy for 4 ms more: (4 + 5.76) / 2 + 0.42 = 5.3 ms.
+  // The device busy for 4 ms more: (4 + 5.76) / 2 + 0.42 = 5.3 ms.
   q.SetDeviceFreeAt(kT0 + 4 * kMs);
   std::unique_ptr<BatchTask> late = MakeTask(1);
   EXPECT_THAT(q.Admit(&late, kT0),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        AllOf(HasSubstr("estimated to finish in 5.3ms"),
-                             HasSubstr("executors busy 4ms"), HasSubstr("on 2 executor(s)"))));
+                             HasSubstr("device busy 4ms"), HasSubstr("on 2 executor(s)"))));
 }
 
 TEST(LatencyTargetTest, TheDeviceStillRunsOneForwardAtATime) {
