@@ -42,7 +42,8 @@ void BatchCostModel::Seed(const std::vector<BatchCostPoint>& points) {
 void BatchCostModel::Observe(int64_t rows, absl::Duration cost) {
   if (rows < 1 || rows >= static_cast<int64_t>(cost_s_.size())) return;
   double& c = cost_s_[static_cast<size_t>(rows)];
-  const double seen = absl::ToDoubleSeconds(std::max(cost, absl::ZeroDuration()));
+  double seen = absl::ToDoubleSeconds(std::max(cost, absl::ZeroDuration()));
+  if (c > 0) seen = std::min(seen, kMaxStep * c);  // one stall is not a new cost
   c = c < 0 ? seen : c + kAlpha * (seen - c);
 }
 

@@ -269,7 +269,12 @@ absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Ti
   int64_t ahead = 0;
   for (int l = 1; l <= task.priority_level; ++l) ahead += level_rows_[l - 1];
   const absl::Duration estimate = EstimateCompletion(ahead + task.rows(), now);
-  const absl::Time deadline = std::min(task.EffectiveDeadline(), now + options_.latency_target);
+  // With nothing queued ahead, only the caller's deadline refuses: the
+  // estimate is then the cost curve's alone, and running the request is
+  // what corrects a curve that one slow batch inflated (before this, an
+  // inflated curve refused every request, so nothing ran to correct it).
+  const absl::Time deadline = ahead == 0 ? task.EffectiveDeadline()
+      : std::min(task.EffectiveDeadline(), now + options_.latency_target);
   if (now + estimate <= deadline) return absl::OkStatus();
   const int64_t cap = MaxRows();
   return absl::DeadlineExceededError(absl::StrCat(

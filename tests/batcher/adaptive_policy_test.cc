@@ -287,6 +287,16 @@ TEST(BatchCostModelTest, InterpolatesBetweenWarmUpSizesAndLearnsFromBatches) {
   EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(4)), 1 + 3.0 * 3 / 7, 1e-6);
 }
 
+TEST(BatchCostModelTest, OneStalledBatchRaisesTheFigureByAtMostSeventyFivePercent) {
+  BatchCostModel m(8);
+  m.Seed({{1, absl::Microseconds(400)}});
+  m.Observe(1, absl::Milliseconds(40));  // the executor was descheduled
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(m.Cost(1)), 700, 1e-3);
+  // A lasting change is still followed: 2 ms a batch from now on.
+  for (int i = 0; i < 12; ++i) m.Observe(1, absl::Milliseconds(2));
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(1)), 2, 0.1);
+}
+
 TEST(BatchCostModelTest, EmptyModelCostsNothing) {
   BatchCostModel m(8);
   EXPECT_EQ(m.Cost(4), absl::ZeroDuration());

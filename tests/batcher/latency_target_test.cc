@@ -132,6 +132,18 @@ TEST(LatencyTargetTest, TheDeviceStillRunsOneForwardAtATime) {
                                             HasSubstr("estimated to finish in 13.5ms")));
 }
 
+TEST(LatencyTargetTest, RequestWithNothingAheadIsNotRefusedByTheTarget) {
+  // Slow batches inflated the curve past the target (a loaded machine):
+  // a request heading the queue still runs, so the curve can come back.
+  BatchQueue q(Target(10 * kMs));
+  for (int i = 0; i < 8; ++i) q.ObserveOccupancy(1, 40 * kMs);
+  ASSERT_GT(q.EstimatedCost(1), 10 * kMs);
+  Admit(q, 1, kT0);
+  std::unique_ptr<BatchTask> behind = MakeTask(1);
+  EXPECT_THAT(q.Admit(&behind, kT0), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                              HasSubstr("1 rows queued ahead")));
+}
+
 TEST(LatencyTargetTest, CallerDeadlineShorterThanTheTargetCountsToo) {
   BatchQueue q(Target(absl::Seconds(1)));
   std::unique_ptr<BatchTask> t = MakeTask(4, "f32[3]", kT0 + 2 * kMs);
