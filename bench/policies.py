@@ -9,6 +9,11 @@ written NAME[:DELAY]:
   target:20ms   --batching=adaptive --latency_target=20ms
 With --rates=R1,R2,... each policy is measured open loop instead: Poisson
 arrivals at each rate (requests/s), latency from the intended send time.
+With --rounds=N every policy is measured N times, the policies interleaved
+round by round, and each level reports its median round (every round's
+throughput kept beside it): on a shared machine the load drifts over the
+minutes a sweep takes, and one policy measured alone at a busy moment can
+lose 2x against another measured at a quiet one.
 Writes <stem>-policies.json, prints the table and plots p99 against
 throughput, one line per policy (bench/plot.py's plot_policies).
 """
@@ -78,23 +83,42 @@ def open_sweep(a, server, rates, run):
     return levels
 
 
+def median_rounds(rounds):
+    """Per level, the round whose throughput is the median of the rounds
+    (an odd count: the middle one; even: the lower middle), with every
+    round's throughput kept beside it. Pure: tested by
+    tests/client/bench_run_test.py."""
+    out = []
+    for level in zip(*rounds):
+        ranked = sorted(level, key=lambda r: r["requests_per_s"])
+        pick = dict(ranked[(len(ranked) - 1) // 2])
+        pick["rounds_requests_per_s"] = [round(r["requests_per_s"], 1) for r in level]
+        out.append(pick)
+    return out
+
+
 def compare(a, server_cls, sweep, host_info, command, run=None):
-    table = {}
-    for label, flags, max_batch in parse(a.policies):
-        print(f"[policy {label}]", file=sys.stderr)
-        s = server_cls(a, max_batch or a.max_batch_size, "" if max_batch else a.allowed_batch_sizes,
-                       label.replace(":", "-"), a.port, extra=flags)
-        try:
-            if a.rates:
-                table[label] = open_sweep(a, s, [float(r) for r in a.rates.split(",")], run)
-            else:
-                table[label] = sweep(a, s, a.sweep_levels)
-        finally:
-            s.stop()
+    rounds = {}
+    rounds_n = max(1, getattr(a, "rounds", 1))
+    for n in range(rounds_n):
+        for label, flags, max_batch in parse(a.policies):
+            print(f"[policy {label}, round {n + 1} of {rounds_n}]", file=sys.stderr)
+            s = server_cls(a, max_batch or a.max_batch_size,
+                           "" if max_batch else a.allowed_batch_sizes,
+                           label.replace(":", "-"), a.port, extra=flags)
+            try:
+                if a.rates:
+                    got = open_sweep(a, s, [float(r) for r in a.rates.split(",")], run)
+                else:
+                    got = sweep(a, s, a.sweep_levels)
+            finally:
+                s.stop()
+            rounds.setdefault(label, []).append(got)
+    table = {label: median_rounds(r) if rounds_n > 1 else r[0] for label, r in rounds.items()}
     result = {"command": command, "host_label": a.host_label, "machine": host_info(a),
               "model": a.model, "device": a.device, "threads": a.threads,
               "max_batch_size": a.max_batch_size, "duration_s": a.duration,
-              "rates": a.rates, "policies": table,
+              "rates": a.rates, "rounds": rounds_n, "policies": table,
               "goals": {} if a.rates else goals(table, a.sweep_levels)}
     stem = f"{a.host_label}-{datetime.date.today().isoformat()}-{a.model}"
     stem += (f"-{a.tag}" if a.tag else "") + "-policies"

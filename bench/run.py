@@ -273,6 +273,10 @@ def main():
     p.add_argument("--rates", default="",
                    help="with --policies: open-loop Poisson rates (requests/s) instead of "
                         "--sweep concurrency levels")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="with --policies: measure every policy this many times, the "
+                        "policies interleaved round by round, and report each level's "
+                        "median round (a shared machine's load drifts over minutes)")
     p.add_argument("--port", type=int, default=0,
                    help="base port on 127.0.0.1: the batched server listens on PORT, "
                         "the unbatched one on PORT+1 (default 0: free ports)")

@@ -42,7 +42,8 @@ void BatchCostModel::Seed(const std::vector<BatchCostPoint>& points) {
 void BatchCostModel::Observe(int64_t rows, absl::Duration cost) {
   if (rows < 1 || rows >= static_cast<int64_t>(cost_s_.size())) return;
   double& c = cost_s_[static_cast<size_t>(rows)];
-  const double seen = absl::ToDoubleSeconds(std::max(cost, absl::ZeroDuration()));
+  double seen = absl::ToDoubleSeconds(std::max(cost, absl::ZeroDuration()));
+  if (c > 0) seen = std::min(seen, kMaxStep * c);  // one stall is not a new cost
   c = c < 0 ? seen : c + kAlpha * (seen - c);
 }
 
@@ -94,15 +95,25 @@ AdaptivePolicy::AdaptivePolicy(int64_t max_batch_size,
                                const std::vector<BatchCostPoint>& seed)
     : max_batch_size_(max_batch_size),
       allowed_(std::move(allowed_batch_sizes)),
-      costs_(max_batch_size) {
+      costs_(max_batch_size),
+      occupancy_(max_batch_size) {
   costs_.Seed(seed);
 }
 
-absl::Duration AdaptivePolicy::CostOf(int64_t rows) const {
+int64_t AdaptivePolicy::Padded(int64_t rows) const {
   for (int64_t size : allowed_) {
-    if (size >= rows) return costs_.Cost(size);
+    if (size >= rows) return size;
   }
-  return costs_.Cost(rows);
+  return rows;
+}
+
+absl::Duration AdaptivePolicy::CostOf(int64_t rows) const {
+  const int64_t padded = Padded(rows);
+  return std::max(costs_.Cost(padded), occupancy_.Cost(padded));
+}
+
+absl::Duration AdaptivePolicy::DeviceCostOf(int64_t rows) const {
+  return costs_.Cost(Padded(rows));
 }
 
 AdaptivePolicy::Decision AdaptivePolicy::Decide(int64_t rows, absl::Time now,

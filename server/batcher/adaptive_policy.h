@@ -18,12 +18,29 @@
 //        is already longer (so a rate that drops is seen before the next
 //        arrival); infinite before two requests have been seen,
 //   F    time until the device is free: max(0, device_free_at - now), where
-//        device_free_at is the estimated end of the batches already handed to
-//        the device (the batcher tells it; 0 when nothing runs),
-//   c(m) estimated cost of a batch of m rows (after padding): the device time
-//        of one batch, timed at warm-up for each warm-up size and refined
-//        from every batch's run (see BatchCostModel). Answering requests is
-//        not in it: that is paid per request, batched or not.
+//        device_free_at is the estimated end of the forwards already handed
+//        to the device, each at its device time (the batcher tells it; 0 when
+//        nothing runs). Deliberately the device alone, not the executors'
+//        occupancy: a variant that also waited while another executor was
+//        busy answering (F from the occupancy) made the two executors take
+//        turns, and measured here (identity, c=64 and 256, interleaved with
+//        the same build's fixed delays) it lost to fixed 0 ms, which runs
+//        both side by side; batches grew no larger,
+//   c(m) estimated cost of a batch of m rows (after padding) as the server
+//        pays it: the larger of the device time of one batch (timed at
+//        warm-up for each warm-up size and refined from every batch's run)
+//        and the executor's whole occupancy by the batch, measured end to end
+//        for every batch (hand-off to the runner, gathering inputs, forward,
+//        scattering outputs, answering each request; see BatchCostModel).
+//        The occupancy carries the server's own per-batch overhead (a fixed
+//        part, paid once per batch, and a part per row): on a model whose
+//        forward costs microseconds it is most of the cost, and a curve of
+//        the forward alone never let a batch wait for it (batches of ~18
+//        rows where a fixed 5 ms delay filled 31). On the identity model
+//        at 64-256 clients batches still come out at 15-25 rows: there the
+//        executors are seldom what is busy (the shared CPU is), and whether
+//        the remaining throughput gap to a fixed delay is real is below
+//        this machine's noise (README, policies).
 // Summing the completion times, counted from now, of the n waiting rows and
 // the k expected rows:
 //   close now:  A = n * (F + c(n)) + k * (max(tau, F + c(n)) + c(k))
@@ -40,7 +57,10 @@
 //  * Heavy load, device idle, c(m) = c0 + r * m: wait while
 //    (n + k) * tau + k * (r * n - c0) < 0, i.e. until n ~ (c0 - tau) / (tau + r)
 //    for k = 1: the batch grows while the fixed cost it saves exceeds the
-//    latency its rows pay for the wait.
+//    latency its rows pay for the wait. c0 holds the per-batch overhead: a
+//    model whose forward costs 20 us but whose batch occupies its executor
+//    400 us waits for ~12 rows at 50,000 requests/s, where the forward alone
+//    (c0 < tau) sent every request on its own.
 //  * max_queue_delay stays the bound: the queue closes at the oldest row's
 //    delay expiry whatever the policy says.
 // With no cost figures (c = 0) the rule never waits: it degrades to
@@ -94,6 +114,11 @@ class BatchCostModel {
  public:
   // Weight of a new observation at its size.
   static constexpr double kAlpha = 0.25;
+  // An observation counts as at most this multiple of the current figure, so
+  // one batch stalled by a busy CPU (measured: 10-40x the usual occupancy on
+  // a shared 2-core machine) raises the figure by at most 75 %, while a
+  // lasting change is still followed within a few batches.
+  static constexpr double kMaxStep = 4.0;
 
   explicit BatchCostModel(int64_t max_rows = 0);
   void Seed(const std::vector<BatchCostPoint>& points);
@@ -138,8 +163,14 @@ class AdaptivePolicy {
                  const std::vector<BatchCostPoint>& seed);
 
   void OnArrival(absl::Time now, int64_t rows) { arrivals_.OnArrival(now, rows); }
+  // The device time of a batch that ran at `padded_rows` (the runner's).
   void ObserveBatch(int64_t padded_rows, absl::Duration cost) {
     costs_.Observe(padded_rows, cost);
+  }
+  // How long a batch of `padded_rows` occupied its executor, end to end
+  // (from the hand-off until its last request was answered).
+  void ObserveOccupancy(int64_t padded_rows, absl::Duration took) {
+    occupancy_.Observe(padded_rows, took);
   }
   void SetDeviceFreeAt(absl::Time t) { device_free_at_ = t; }
   absl::Time device_free_at() const { return device_free_at_; }
@@ -148,15 +179,21 @@ class AdaptivePolicy {
   // its oldest row's max_queue_delay ends (the bound). See the file comment.
   Decision Decide(int64_t rows, absl::Time now, absl::Time delay_expiry) const;
 
-  // Estimated cost of a batch of `rows` (padded).
+  // Estimated cost c(m) of a batch of `rows` (padded): the larger of its
+  // device time and its executor occupancy (see the file comment).
   absl::Duration CostOf(int64_t rows) const;
+  // Its device time alone (the forward, padded).
+  absl::Duration DeviceCostOf(int64_t rows) const;
   const ArrivalEstimator& arrivals() const { return arrivals_; }
 
  private:
+  int64_t Padded(int64_t rows) const;
+
   const int64_t max_batch_size_;
   const std::vector<int64_t> allowed_;
   ArrivalEstimator arrivals_;
-  BatchCostModel costs_;
+  BatchCostModel costs_;      // device time per batch
+  BatchCostModel occupancy_;  // executor occupancy per batch, end to end
   absl::Time device_free_at_ = absl::InfinitePast();
 };
 

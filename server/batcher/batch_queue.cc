@@ -157,8 +157,16 @@ void BatchQueue::ObserveBatch(int64_t padded_rows, absl::Duration cost) {
   if (adaptive_) adaptive_->ObserveBatch(padded_rows, cost);
 }
 
+void BatchQueue::ObserveOccupancy(int64_t padded_rows, absl::Duration took) {
+  if (adaptive_) adaptive_->ObserveOccupancy(padded_rows, took);
+}
+
 absl::Duration BatchQueue::EstimatedCost(int64_t rows) const {
   return adaptive_ ? adaptive_->CostOf(rows) : absl::ZeroDuration();
+}
+
+absl::Duration BatchQueue::EstimatedDeviceCost(int64_t rows) const {
+  return adaptive_ ? adaptive_->DeviceCostOf(rows) : absl::ZeroDuration();
 }
 
 std::optional<CloseReason> BatchQueue::PartialClose(int64_t rows, absl::Time now,
@@ -240,22 +248,41 @@ int64_t BatchQueue::MaxRows() const {
   return lo;
 }
 
+absl::Duration BatchQueue::EstimateCompletion(int64_t rows_through, absl::Time now) const {
+  const int64_t cap = MaxRows();
+  const int64_t whole = (rows_through - 1) / cap;  // full batches before its own
+  const int64_t last = rows_through - whole * cap;
+  const absl::Duration busy = std::max(adaptive_->device_free_at() - now, absl::ZeroDuration());
+  // Executors run batches side by side: the work before the request's own
+  // batch is shared among them, then its batch takes its whole cost.
+  const int executors = options_.num_executors;
+  const absl::Duration spread =
+      (busy + whole * adaptive_->CostOf(cap)) / executors + adaptive_->CostOf(last);
+  // The device runs one forward at a time, whatever the executors do.
+  const absl::Duration device = busy + whole * adaptive_->DeviceCostOf(cap) +
+                                adaptive_->DeviceCostOf(last);
+  return std::max(spread, device);
+}
+
 absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Time now) const {
   if (options_.latency_target <= absl::ZeroDuration() || !adaptive_) return absl::OkStatus();
   int64_t ahead = 0;
   for (int l = 1; l <= task.priority_level; ++l) ahead += level_rows_[l - 1];
-  const int64_t cap = MaxRows();
-  const int64_t total = ahead + task.rows();
-  const absl::Duration busy = std::max(adaptive_->device_free_at() - now, absl::ZeroDuration());
-  const absl::Duration estimate = busy + (total / cap) * adaptive_->CostOf(cap) +
-                                  (total % cap > 0 ? adaptive_->CostOf(total % cap) : absl::ZeroDuration());
-  const absl::Time deadline = std::min(task.EffectiveDeadline(), now + options_.latency_target);
+  const absl::Duration estimate = EstimateCompletion(ahead + task.rows(), now);
+  // With nothing queued ahead, only the caller's deadline refuses: the
+  // estimate is then the cost curve's alone, and running the request is
+  // what corrects a curve that one slow batch inflated (before this, an
+  // inflated curve refused every request, so nothing ran to correct it).
+  const absl::Time deadline = ahead == 0 ? task.EffectiveDeadline()
+      : std::min(task.EffectiveDeadline(), now + options_.latency_target);
   if (now + estimate <= deadline) return absl::OkStatus();
+  const int64_t cap = MaxRows();
   return absl::DeadlineExceededError(absl::StrCat(
-      "refused at once: estimated to finish in ", absl::FormatDuration(estimate),
-      " (device busy ", absl::FormatDuration(busy), ", ", ahead,
-      " rows queued ahead at priority <= ", task.priority_level, ", batches of up to ", cap,
-      " rows at ", absl::FormatDuration(adaptive_->CostOf(cap)), "), after its deadline in ",
+      "refused at once: estimated to finish in ", absl::FormatDuration(estimate), " (device busy ",
+      absl::FormatDuration(std::max(adaptive_->device_free_at() - now, absl::ZeroDuration())),
+      ", ", ahead, " rows queued ahead at priority <= ", task.priority_level,
+      ", batches of up to ", cap, " rows at ", absl::FormatDuration(adaptive_->CostOf(cap)),
+      " on ", options_.num_executors, " executor(s)), after its deadline in ",
       absl::FormatDuration(deadline - now), " (latency_target ",
       absl::FormatDuration(options_.latency_target), ")"));
 }
@@ -378,6 +405,10 @@ std::optional<CloseReason> BatchQueue::Consider(size_t head, absl::Time now, boo
   for (size_t i : c->picked) oldest = std::min(oldest, tasks_[i]->enqueue_time);
   if (full) return CloseReason::kFull;
   if (draining) return CloseReason::kDraining;
+  if (adaptive_ && options_.policy == BatchingPolicy::kAdaptive &&
+      tasks_[head]->priority_level < options_.priority_levels) {
+    return CloseReason::kNoGain;  // a higher level is not held to fill its batch
+  }
   absl::Time expiry = oldest + options_.max_queue_delay;
   if (options_.latency_target > absl::ZeroDuration()) {
     expiry = std::min(expiry, oldest + options_.latency_target - 2 * EstimatedCost(c->rows));

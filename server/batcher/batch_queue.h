@@ -28,11 +28,18 @@
 //  * With policy kAdaptive, it also closes before the delay expires as soon
 //    as waiting is not expected to pay (reason kNoGain): the rule, its
 //    formula and why are in adaptive_policy.h. max_queue_delay stays the
-//    bound.
+//    bound. A batch headed by a task above the lowest level closes as soon
+//    as an executor is free (kNoGain; lower-level rows of its shape fill its
+//    room): the rule waits for throughput, which is the lowest level's
+//    concern; a higher level's request waited for the busy executor to come
+//    back (up to a whole batch's occupancy) before this.
 //  * With a latency_target: see BatcherOptions::latency_target. The estimate
-//    of a request's completion at admission: the device's remaining work
-//    (SetDeviceFreeAt), then the rows queued at its level or higher and its
-//    own, in batches of the capped size, each at the cost curve's figure.
+//    of a request's completion at admission: the rows queued at its level or
+//    higher and its own, in batches of the capped size, each at the cost
+//    curve's figure (executor occupancy, per-batch overhead included); the
+//    work in flight (SetDeviceFreeAt) and the batches before its own are
+//    shared among num_executors executors, then its own batch runs; and
+//    never less than the device's forwards of all of them one after another.
 //  * Otherwise Poll says when to look again: the oldest task's delay expiry,
 //    the earliest deadline or when the adaptive policy reconsiders, whichever
 //    is first.
@@ -159,13 +166,18 @@ class BatchQueue {
   };
   PollResult Poll(absl::Time now, bool draining);
 
-  // Adaptive policy inputs (ignored under kFixed): when the batches handed to
-  // the device are expected to be done, and the measured cost of one that
-  // ran at `padded_rows`.
+  // Adaptive policy inputs (ignored under kFixed): when the forwards handed
+  // to the device are expected to be done, and the measured device time of
+  // one that ran at `padded_rows`.
   void SetDeviceFreeAt(absl::Time t);
   void ObserveBatch(int64_t padded_rows, absl::Duration cost);
-  // Estimated cost of a batch of `rows`; zero under kFixed.
+  // How long a batch of `padded_rows` occupied its executor, end to end.
+  void ObserveOccupancy(int64_t padded_rows, absl::Duration took);
+  // Estimated cost of a batch of `rows` (the larger of its device time and
+  // its executor occupancy); zero under kFixed.
   absl::Duration EstimatedCost(int64_t rows) const;
+  // Its device time alone (what SetDeviceFreeAt's estimate is made of).
+  absl::Duration EstimatedDeviceCost(int64_t rows) const;
   const AdaptivePolicy* adaptive() const { return adaptive_ ? &*adaptive_ : nullptr; }
 
   int64_t queued_rows() const { return queued_rows_; }
@@ -182,6 +194,11 @@ class BatchQueue {
   // Under a latency target: DEADLINE_EXCEEDED with the estimate when `task`
   // (level set) cannot finish before its deadline or now + target.
   absl::Status CheckCompletionEstimate(const BatchTask& task, absl::Time now) const;
+  // Under a latency target: how long until the first `rows_through` queued
+  // rows (in priority order) are done: the work in flight and the batches
+  // ahead spread over the executors, but never less than the device's
+  // forwards one after another.
+  absl::Duration EstimateCompletion(int64_t rows_through, absl::Time now) const;
   // Checks the level's own bound and sets the task's level fields.
   absl::Status AdmitAtLevel(BatchTask* task, absl::Time now);
   // Index in tasks_ of the task that heads the next batch.

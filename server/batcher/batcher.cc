@@ -81,7 +81,7 @@ void Batcher::Shutdown() {
 }
 
 absl::Duration Batcher::BatchStarted(int64_t padded_rows, absl::Time now) {
-  const absl::Duration cost = queue_.EstimatedCost(padded_rows);
+  const absl::Duration cost = queue_.EstimatedDeviceCost(padded_rows);
   queue_.SetDeviceFreeAt(device_load_.Started(now, cost));
   return cost;
 }
@@ -91,7 +91,9 @@ void Batcher::ObserveBatchCost(int64_t padded_rows, absl::Duration cost) {
   queue_.ObserveBatch(padded_rows, cost);
 }
 
-void Batcher::BatchDone(absl::Duration cost, absl::Time end) {
+void Batcher::BatchDone(int64_t padded_rows, absl::Duration cost, absl::Time start,
+                        absl::Time end) {
+  queue_.ObserveOccupancy(padded_rows, end - start);
   queue_.SetDeviceFreeAt(device_load_.Done(end, cost));
 }
 
@@ -106,8 +108,8 @@ void Batcher::ExecutorLoop() {
         r.batch.has_value() || !r.expired.empty() || !r.cancelled.empty();
     if (have_work) {
       const bool ran = r.batch.has_value();
-      const absl::Duration cost =
-          ran ? BatchStarted(r.batch->padded_rows, now) : absl::ZeroDuration();
+      const int64_t padded = ran ? r.batch->padded_rows : 0;
+      const absl::Duration cost = ran ? BatchStarted(padded, now) : absl::ZeroDuration();
       mu_.Unlock();
       ReportDepth();  // every removal: batch, expiry, cancellation, drain
       AbortAll(r.expired,
@@ -119,7 +121,7 @@ void Batcher::ExecutorLoop() {
       if (r.batch.has_value()) process_(std::move(*r.batch));
       next_idle_call = absl::InfinitePast();
       mu_.Lock();
-      if (ran) BatchDone(cost, clock_->TimeNow());
+      if (ran) BatchDone(padded, cost, now, clock_->TimeNow());
       continue;
     }
     if (stopping_ && queue_.empty()) break;

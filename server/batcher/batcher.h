@@ -14,9 +14,11 @@
 //    while batch N computes (pipelining); the processor bounds concurrent
 //    device work itself.
 //  * Under the adaptive policy the batcher tells the queue when the batches
-//    it handed out are expected to be done (from the cost curve), and the
+//    it handed out are expected to be done (from the device-time curve), the
 //    processor reports how long each occupied the device
-//    (ObserveBatchCost), which refines the cost curve.
+//    (ObserveBatchCost), and the batcher times how long each occupied its
+//    executor end to end (the processor's whole call: gathering, forward,
+//    answering); both refine the cost curve.
 //  * Latency bound for an admitted task: max_queue_delay plus the time until
 //    an executor is free, plus the batch's compute time.
 //
@@ -94,12 +96,14 @@ class Batcher {
   Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
           IdleFn on_idle, absl::Duration idle_tick, DepthFn on_depth);
   void ExecutorLoop();
-  // The adaptive policy's view of the device: a batch of `padded_rows`
-  // handed to the processor at `now`, and one that came back at `end`.
-  // BatchStarted returns the batch's estimated cost, for BatchDone.
+  // The adaptive policy's view of the executors: a batch of `padded_rows`
+  // handed to the processor at `now`, and one handed over at `start` that
+  // came back at `end` (its occupancy). BatchStarted returns the batch's
+  // estimated cost, for BatchDone.
   absl::Duration BatchStarted(int64_t padded_rows, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void BatchDone(absl::Duration cost, absl::Time end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BatchDone(int64_t padded_rows, absl::Duration cost, absl::Time start, absl::Time end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells on_depth_ the current depth. Call without mu_ held.
   void ReportDepth() ABSL_LOCKS_EXCLUDED(mu_, depth_mu_);
 

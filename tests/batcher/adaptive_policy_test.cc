@@ -187,6 +187,75 @@ TEST(AdaptivePolicyTest, NoCostFiguresMeansNoWait) {
   EXPECT_EQ(r.batch->reason, CloseReason::kNoGain);
 }
 
+// A fast model on a busy server: the forward costs 20-40 us, but each batch
+// occupies its executor 400 us + 10 us per row end to end (hand-off,
+// gathering, answering every request), as the identity model does here.
+BatcherOptions FastModel() {
+  BatcherOptions o;
+  o.policy = BatchingPolicy::kAdaptive;
+  o.max_batch_size = 32;
+  o.max_queue_delay = absl::Milliseconds(5);
+  o.max_queue_size = 1024;
+  o.batch_costs = {{1, 20 * kUs}, {32, 40 * kUs}};
+  return o;
+}
+
+void ObserveFastModelOccupancy(BatchQueue& q) {
+  q.ObserveOccupancy(1, 410 * kUs);
+  q.ObserveOccupancy(32, 720 * kUs);
+}
+
+TEST(AdaptivePolicyTest, CostIncludesTheExecutorsPerBatchOverhead) {
+  BatchQueue q(FastModel());
+  // The forward alone until the executors report.
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(q.EstimatedCost(16)), 20 + 20.0 * 15 / 31, 1e-3);
+  ObserveFastModelOccupancy(q);
+  EXPECT_EQ(q.EstimatedCost(1), 410 * kUs);
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(q.EstimatedCost(16)), 410 + 310.0 * 15 / 31, 1e-3);
+}
+
+TEST(AdaptivePolicyTest, FastModelWaitsForTheRowsItsPerBatchOverheadIsWorth) {
+  BatchQueue q(FastModel());
+  ObserveFastModelOccupancy(q);
+  // One request every 20 us (50,000/s), the device idle: a batch's 400 us
+  // of overhead is worth ~12 rows of waiting (see the header's formula).
+  absl::Time t = Prime(q, kT0, 20 * kUs, 200) + 20 * kUs;
+  int rows = 0;
+  std::optional<Batch> batch;
+  for (; rows < 32 && !batch.has_value(); t += 20 * kUs) {
+    Admit(q, t);
+    ++rows;
+    batch = std::move(q.Poll(t, false).batch);
+  }
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->reason, CloseReason::kNoGain);
+  EXPECT_GE(batch->rows, 8);   // the forward alone (20-40 us) sends each row alone
+  EXPECT_LE(batch->rows, 16);  // and it does not wait for the whole batch
+}
+
+TEST(AdaptivePolicyTest, AnExecutorStillAnsweringDoesNotHoldTheNextBatch) {
+  // The device time, not the occupancy, tells when the device is free: the
+  // other executor's forward is done and it answers its requests for ~500 us
+  // more; waiting for it would make the executors take turns (measured
+  // slower than fixed 0 ms), so the batch closes as if it were idle.
+  BatchQueue q(FastModel());
+  ObserveFastModelOccupancy(q);
+  absl::Time t = Prime(q, kT0, 20 * kUs, 200) + 20 * kUs;
+  DeviceLoad load;
+  q.SetDeviceFreeAt(load.Started(t, q.EstimatedDeviceCost(16)));
+  const absl::Time answered = t + q.EstimatedCost(16);
+  int rows = 0;
+  std::optional<Batch> batch;
+  for (; rows < 32 && !batch.has_value(); t += 20 * kUs) {
+    Admit(q, t);
+    ++rows;
+    batch = std::move(q.Poll(t, false).batch);
+  }
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_LE(batch->rows, 16);
+  EXPECT_LT(t, answered - 200 * kUs);
+}
+
 TEST(DeviceLoadTest, FreeTimeStaysWithinTheWorkInFlightUnderSustainedLoad) {
   // Two executors keep the device busy: a batch always in flight, each
   // estimated at 1 ms, each really done in 0.5 ms.
@@ -216,6 +285,16 @@ TEST(BatchCostModelTest, InterpolatesBetweenWarmUpSizesAndLearnsFromBatches) {
   m.Observe(8, absl::Milliseconds(4));
   EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(8)), 4, 1e-6);
   EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(4)), 1 + 3.0 * 3 / 7, 1e-6);
+}
+
+TEST(BatchCostModelTest, OneStalledBatchRaisesTheFigureByAtMostSeventyFivePercent) {
+  BatchCostModel m(8);
+  m.Seed({{1, absl::Microseconds(400)}});
+  m.Observe(1, absl::Milliseconds(40));  // the executor was descheduled
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(m.Cost(1)), 700, 1e-3);
+  // A lasting change is still followed: 2 ms a batch from now on.
+  for (int i = 0; i < 12; ++i) m.Observe(1, absl::Milliseconds(2));
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(1)), 2, 0.1);
 }
 
 TEST(BatchCostModelTest, EmptyModelCostsNothing) {

@@ -84,6 +84,66 @@ TEST(LatencyTargetTest, RequestThatCannotFinishInTimeIsRefusedAtOnceWithTheEstim
   EXPECT_EQ(q.queued_rows(), 9);
 }
 
+// A fast model whose batches cost their executor 400 us + 10 us per row end
+// to end, on two executors: eight full batches of 32 ahead take 5.76 ms one
+// after another, 2.88 ms side by side.
+BatcherOptions FastTwoExecutors() {
+  BatcherOptions o;
+  o.policy = BatchingPolicy::kAdaptive;
+  o.max_batch_size = 32;
+  o.max_queue_delay = 5 * kMs;
+  o.max_queue_size = 1024;
+  o.num_executors = 2;
+  o.latency_target = 5 * kMs;
+  o.batch_costs = {{1, absl::Microseconds(20)}, {32, absl::Microseconds(40)}};
+  return o;
+}
+
+TEST(LatencyTargetTest, WorkAheadIsSharedAmongTheExecutors) {
+  BatchQueue q(FastTwoExecutors());
+  q.ObserveOccupancy(1, absl::Microseconds(410));
+  q.ObserveOccupancy(32, absl::Microseconds(720));
+  // Eight full batches, each admitted (one after another the eighth would
+  // finish in 5.76 ms, past the target).
+  for (int i = 0; i < 8; ++i) Admit(q, 32, kT0);
+  // 8 x 720 us / 2 + 410 us = 3.29 ms: within the 5 ms target.
+  std::unique_ptr<BatchTask> t = MakeTask(1);
+  EXPECT_THAT(q.Admit(&t, kT0), IsOk());
+  // The device busy for 4 ms more: (4 + 5.76) / 2 + 0.42 = 5.3 ms.
+  q.SetDeviceFreeAt(kT0 + 4 * kMs);
+  std::unique_ptr<BatchTask> late = MakeTask(1);
+  EXPECT_THAT(q.Admit(&late, kT0),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("estimated to finish in 5.3ms"),
+                             HasSubstr("device busy 4ms"), HasSubstr("on 2 executor(s)"))));
+}
+
+TEST(LatencyTargetTest, TheDeviceStillRunsOneForwardAtATime) {
+  // A slow model (5 ms per batch of 8 on the device): two executors do not
+  // halve the device's work, so the estimate stays the serial one.
+  BatcherOptions o = Target(10 * kMs);
+  o.num_executors = 2;
+  BatchQueue q(o);
+  Admit(q, 8, kT0);
+  Admit(q, 1, kT0);
+  q.SetDeviceFreeAt(kT0 + 2 * kMs);
+  std::unique_ptr<BatchTask> late = MakeTask(8);
+  EXPECT_THAT(q.Admit(&late, kT0), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                            HasSubstr("estimated to finish in 13.5ms")));
+}
+
+TEST(LatencyTargetTest, RequestWithNothingAheadIsNotRefusedByTheTarget) {
+  // Slow batches inflated the curve past the target (a loaded machine):
+  // a request heading the queue still runs, so the curve can come back.
+  BatchQueue q(Target(10 * kMs));
+  for (int i = 0; i < 8; ++i) q.ObserveOccupancy(1, 40 * kMs);
+  ASSERT_GT(q.EstimatedCost(1), 10 * kMs);
+  Admit(q, 1, kT0);
+  std::unique_ptr<BatchTask> behind = MakeTask(1);
+  EXPECT_THAT(q.Admit(&behind, kT0), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                              HasSubstr("1 rows queued ahead")));
+}
+
 TEST(LatencyTargetTest, CallerDeadlineShorterThanTheTargetCountsToo) {
   BatchQueue q(Target(absl::Seconds(1)));
   std::unique_ptr<BatchTask> t = MakeTask(4, "f32[3]", kT0 + 2 * kMs);

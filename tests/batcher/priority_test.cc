@@ -42,6 +42,29 @@ std::vector<int> NextBatch(BatchQueue& q, absl::Time now) {
   return ids;
 }
 
+TEST(PriorityTest, AdaptiveBatchHeadedByAHigherLevelIsNotHeldToFill) {
+  // A fast model under load at level 2: the adaptive rule keeps a batch
+  // filling while another executor is busy. A level-1 request goes at once
+  // (taking the waiting level-2 rows along) instead of waiting with them.
+  BatcherOptions o = Levels(2, /*max_batch=*/32);
+  o.policy = BatchingPolicy::kAdaptive;
+  o.batch_costs = {{1, absl::Microseconds(410)}, {32, absl::Microseconds(720)}};
+  BatchQueue q(o);
+  const absl::Duration gap = absl::Microseconds(20);
+  absl::Time t = kT0;
+  for (int i = 0; i < 100; ++i, t += gap) {  // the arrival rate: 50,000/s
+    Admit(q, MakePriorityTask(1, 2, 0), t);
+    q.Poll(t, /*draining=*/true);
+  }
+  q.SetDeviceFreeAt(t + absl::Microseconds(500));  // the other executor is busy
+  for (int id = 2; id < 5; ++id, t += gap) {
+    Admit(q, MakePriorityTask(1, 2, id), t);
+    ASSERT_TRUE(NextBatch(q, t).empty()) << "level 2 keeps filling";
+  }
+  Admit(q, MakePriorityTask(1, 1, /*id=*/1), t);
+  EXPECT_THAT(NextBatch(q, t), ElementsAre(1, 2, 3, 4));
+}
+
 TEST(PriorityTest, BatchesGoInPriorityOrderWhateverTheArrivalOrder) {
   BatchQueue q(Levels(3));
   Admit(q, MakePriorityTask(1, 3, /*id=*/3, "c"), kT0);

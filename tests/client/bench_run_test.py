@@ -87,6 +87,15 @@ class PoliciesTest(unittest.TestCase):
         self.assertEqual(g[0], "c=1 p50 1.020x unbatched (goal <= 1.05)")
         self.assertEqual(g[1], "c=64 0.950x best fixed (fixed:5ms) (goal >= 1)")
 
+    def test_rounds_report_each_levels_median_round(self):
+        rounds = [[point(64, 900, 5000), point(256, 1000, 9000)],
+                  [point(64, 500, 9000), point(256, 3000, 3000)],
+                  [point(64, 700, 7000), point(256, 2000, 4000)]]
+        got = policies.median_rounds(rounds)
+        self.assertEqual([r["requests_per_s"] for r in got], [700, 2000])
+        self.assertEqual(got[0]["latency_us"]["p50"], 7000)
+        self.assertEqual(got[1]["rounds_requests_per_s"], [1000, 3000, 2000])
+
 
 if __name__ == "__main__":
     unittest.main()
