@@ -13,6 +13,8 @@ import sys
 import time
 
 import torch
+import torch._inductor  # noqa: F401  (aoti_compile_and_package)
+import torch.export  # noqa: F401
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models"))
 import export as models  # noqa: E402  (models/export.py: TinyCnn, torchvision)
