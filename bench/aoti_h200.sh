@@ -30,6 +30,7 @@ mkdir -p build-gpu/models /tmp/x16
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF \
   -DMETALSERVE_PYTHON=$(command -v python3) $GPU_CMAKE_ARGS > "$OUT/cmake.txt" 2>&1
 grep "AOTInductor runner" "$OUT/cmake.txt"
+grep -q "AOTInductor runner: on" "$OUT/cmake.txt" || { wait; echo "runner off: stopping"; exit 1; }
 cmake --build build-gpu -j16 --target metalserve metalserve-bench runtime_bench \
   > "$OUT/build.txt" 2>&1 || { grep -E "error|Error" "$OUT/build.txt" | head -30; }
 stamp "built"

@@ -4,6 +4,7 @@
 set -uo pipefail
 out=$1; devices=$2; models=${3:-tiny,resnet50}
 here=$(dirname "$0")
+mkdir -p "$out"
 python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
 cmake -S "$here" -B "$out/build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')" >"$out/cmake.log" 2>&1 &&

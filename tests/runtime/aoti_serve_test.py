@@ -78,9 +78,11 @@ class ServesPackageTest(unittest.TestCase):
         if ARGS.aoti != "ON":
             self.skipTest("this runtime was built without AOTInductor")
 
-    def bench(self, port, rows, out):
+    def bench(self, server_proc, log, port, rows, out):
         deadline = time.monotonic() + TIMEOUT_S
         while True:
+            if not server_proc.alive():
+                self.fail(f"metalserve exited with {server_proc.returncode}:\n{log_text(log)}")
             p = subprocess.run([os.path.join(ARGS.build, "metalserve-bench"),
                                 f"--target=127.0.0.1:{port}", "--requests=1",
                                 f"--batch={rows}", "--input=random", "--seed=5",
@@ -105,12 +107,13 @@ class ServesPackageTest(unittest.TestCase):
             try:
                 aoti, aoti_port, aoti_log = server(package, tmp, "aoti")
                 procs.append(aoti)
-                ts, ts_port, _ = server(os.path.join(tmp, "tiny_cnn.pt"), tmp, "ts",
+                ts, ts_port, ts_log = server(os.path.join(tmp, "tiny_cnn.pt"), tmp, "ts",
                                         [f"--device={device}"])
                 procs.append(ts)
                 for rows in (1, 3, 8):
-                    got = self.bench(aoti_port, rows, os.path.join(tmp, f"aoti{rows}.json"))
-                    want = self.bench(ts_port, rows, os.path.join(tmp, f"ts{rows}.json"))
+                    got = self.bench(aoti, aoti_log, aoti_port, rows,
+                                     os.path.join(tmp, f"aoti{rows}.json"))
+                    want = self.bench(ts, ts_log, ts_port, rows, os.path.join(tmp, f"ts{rows}.json"))
                     self.assertEqual(len(got), len(want))
                     for g, w in zip(got, want):
                         self.assertEqual(g["shape"], w["shape"])
