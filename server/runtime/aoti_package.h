@@ -19,6 +19,7 @@
 #define METALSERVE_SERVER_RUNTIME_AOTI_PACKAGE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,6 +56,14 @@ absl::Status PackageUnsupported(absl::string_view path);
 // when it was compiled for another device type or the runtime lacks
 // AOTInductor.
 absl::StatusOr<CompiledPackage> LoadPackage(const std::string& path, const c10::Device& device);
+
+// Tests only: loads every package through `loader` instead (and counts as
+// AOTInductor being present) until called with nullptr, so that the
+// AotiRunner's load, verification and padding are tested where LibTorch has
+// no AOTInductor (tests/runtime/aoti_runner_test.cc). Set it before loads.
+using PackageLoader =
+    std::function<absl::StatusOr<CompiledPackage>(const std::string& path, const c10::Device&)>;
+void SetPackageLoaderForTest(PackageLoader loader);
 
 }  // namespace metalserve::torch_internal
 

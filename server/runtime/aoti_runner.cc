@@ -70,7 +70,14 @@ std::vector<at::Tensor> AsFloat(std::vector<at::Tensor> out) {
   return out;
 }
 
+PackageLoader& TestLoader() {
+  static PackageLoader* loader = new PackageLoader();
+  return *loader;
+}
+
 }  // namespace
+
+void SetPackageLoaderForTest(PackageLoader loader) { TestLoader() = std::move(loader); }
 
 bool IsPackagePath(absl::string_view path) { return absl::EndsWith(path, ".pt2"); }
 
@@ -84,7 +91,7 @@ absl::Status PackageUnsupported(absl::string_view path) {
 
 absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::CreateFromPackage(
     const RuntimeOptions& options) {
-  if (!HaveAotInductor()) return PackageUnsupported(options.model_path);
+  if (!HaveAotInductor() && !TestLoader()) return PackageUnsupported(options.model_path);
   if (!fs::exists(options.model_path)) {
     return absl::NotFoundError(absl::StrCat("cannot read model file ", options.model_path));
   }
@@ -128,7 +135,9 @@ absl::Status TorchRunner::LoadPackageModel(const RuntimeOptions& options,
   absl::Time start = clock_->TimeNow();
   LOG(INFO) << "runtime: loading AOTInductor package " << options.model_path << " onto "
             << info_.device;
-  ASSIGN_OR_RETURN(CompiledPackage package, LoadPackage(options.model_path, device_->device()));
+  ASSIGN_OR_RETURN(CompiledPackage package,
+                   TestLoader() ? TestLoader()(options.model_path, device_->device())
+                                : LoadPackage(options.model_path, device_->device()));
   package_ = std::move(package);
   LOG(INFO) << "runtime: loaded " << options.model_path << " in "
             << absl::ToInt64Milliseconds(clock_->TimeNow() - start) << " ms";
