@@ -307,7 +307,32 @@ def _save_pt2(eager, name, sig, device, args):
         torch._inductor.aoti_compile_and_package(ep, package_path=path + ".tmp.pt2",
                                                  inductor_configs=configs)
     os.replace(path + ".tmp.pt2", path)
+    _save_expected(net, sig, device, path, args.max_batch_size)
     return path
+
+
+def _save_expected(net, sig, device, path, max_batch):
+    """Eager outputs on seeded inputs, for the server to verify the package
+    against when no TorchScript model is beside it: <package>.expected, a
+    torch.save'd tuple of (inputs, outputs) per batch size (1 and 3)."""
+    torch.manual_seed(1234)
+    records = []
+    for b in sorted({1, min(3, max_batch)}):
+        inputs = []
+        for spec in sig["inputs"]:
+            dtype = _DTYPES[spec["dtype"]]
+            scale = 1 if dtype.is_floating_point else 10
+            inputs.append((torch.rand([b] + spec["shape"][1:]) * scale).to(dtype))
+        with torch.no_grad():
+            out = net(*[x.to(device) for x in inputs])
+        if isinstance(out, dict):
+            outs = [out[spec["name"]] for spec in sig["outputs"]]
+        else:
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        records.append((tuple(inputs), tuple(o.cpu() for o in outs)))
+    # Tuples: LibTorch's unpickler (torch::jit::pickle_load) reads them, not
+    # the APPEND opcode a short Python list is written with.
+    torch.save(tuple(records), path + ".expected")
 
 
 def main(argv):

@@ -12,7 +12,8 @@
 //   3. verification at every warm-up batch size, with the graph verifier's
 //      comparison (graph_verification.h): against the TorchScript model
 //      (RuntimeOptions::reference_model_path, else <model>.pt beside the
-//      package), else batch invariance alone (logged as such). An fp32
+//      package), else the eager outputs export.py recorded
+//      (<package>.expected), else batch invariance alone (logged as such). An fp32
 //      package that deviates beyond verify_tolerance is refused
 //      (INVALID_ARGUMENT); a reduced-precision one has its deviation
 //      reported, as TorchScript fp16/bf16 is;
@@ -21,6 +22,8 @@
 // rows (cut from the outputs); batches above its largest are refused.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +71,38 @@ std::vector<at::Tensor> AsFloat(std::vector<at::Tensor> out) {
     if (at::isFloatingType(t.scalar_type())) t = t.to(at::kFloat);
   }
   return out;
+}
+
+struct Expected {
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> outputs;
+};
+
+// The items of a tuple or a list (what torch.save wrote).
+std::vector<c10::IValue> Items(const c10::IValue& v) {
+  if (v.isTuple()) return v.toTupleRef().elements().vec();
+  return v.toListRef().vec();
+}
+
+// <package>.expected: a torch.save'd tuple of (inputs, outputs) (export.py).
+absl::StatusOr<std::vector<Expected>> ReadExpected(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
+                                std::istreambuf_iterator<char>());
+  try {
+    std::vector<Expected> records;
+    for (const c10::IValue& record : Items(torch::jit::pickle_load(bytes))) {
+      const std::vector<c10::IValue> pair = Items(record);
+      Expected e;
+      for (const c10::IValue& t : Items(pair.at(0))) e.inputs.push_back(t.toTensor());
+      for (const c10::IValue& t : Items(pair.at(1))) e.outputs.push_back(t.toTensor());
+      records.push_back(std::move(e));
+    }
+    return records;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the recorded outputs ", path, ": ", ModelMessage(e.what())));
+  }
 }
 
 PackageLoader& TestLoader() {
@@ -234,13 +269,22 @@ absl::Status TorchRunner::VerifyPackage(const RuntimeOptions& options) {
   };
   const bool exact = info_.precision == "fp32";
   double worst = 0;
-  ASSIGN_OR_RETURN(const std::string diff,
+  ASSIGN_OR_RETURN(std::string diff,
                    verifier.CompareForwards(module ? torchscript : package, package,
                                             options.verify_tolerance,
                                             options.verify_batch_invariance, &worst));
+  const std::string expected = options.model_path + ".expected";
+  const bool recorded = !module && fs::exists(expected);
+  if (recorded) {
+    ASSIGN_OR_RETURN(const std::string more,
+                     CompareWithExpected(expected, options.verify_tolerance, &worst));
+    if (!more.empty()) diff = diff.empty() ? more : absl::StrCat(diff, ", ", more);
+  }
   const std::string against =
-      module ? absl::StrCat("its TorchScript model ", reference)
-             : "itself row by row (no TorchScript model beside it: batch invariance only)";
+      module     ? absl::StrCat("its TorchScript model ", reference)
+      : recorded ? absl::StrCat("the eager outputs recorded at export (", expected, ")")
+                 : "itself row by row (no TorchScript model or recorded outputs beside it: "
+                   "batch invariance only)";
   info_.optimization = "aoti";
   info_.optimization_reason = absl::StrFormat(
       "AOTInductor package (%s) verified against %s at batch sizes [%s]: max relative "
@@ -255,6 +299,32 @@ absl::Status TorchRunner::VerifyPackage(const RuntimeOptions& options) {
         " (tolerance ", options.verify_tolerance, ")"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> TorchRunner::CompareWithExpected(const std::string& path,
+                                                             double tolerance, double* worst) {
+  ASSIGN_OR_RETURN(const std::vector<Expected> records, ReadExpected(path));
+  std::vector<std::string> problems;
+  for (const Expected& e : records) {
+    ASSIGN_OR_RETURN(std::vector<at::Tensor> got, ForwardPackage(e.inputs, ForwardPurpose::kVerify));
+    got = AsFloat(std::move(got));
+    const std::vector<at::Tensor> want = AsFloat(e.outputs);
+    if (got.size() != want.size()) return absl::InternalError("recorded output count differs");
+    const int64_t rows = e.inputs.empty() ? 0 : e.inputs[0].size(0);
+    for (size_t o = 0; o < want.size(); ++o) {
+      const double scale = std::max(want[o].abs().max().item<double>(), 1e-12);
+      const double r = got[o].sizes().equals(want[o].sizes())
+                           ? (got[o] - want[o]).abs().max().item<double>() / scale
+                           : 1e9;
+      *worst = std::max(*worst, r);
+      if (r > tolerance) {
+        problems.push_back(absl::StrFormat(
+            "recorded batch %d output %d: max relative deviation %.3g > %.3g", rows, o, r,
+            tolerance));
+      }
+    }
+  }
+  return absl::StrJoin(problems, ", ");
 }
 
 absl::StatusOr<std::vector<at::Tensor>> TorchRunner::ForwardPackage(

@@ -98,6 +98,10 @@ class TorchRunner final : public Runner {
   absl::Status LoadPackageModel(const RuntimeOptions& options, const ModelSignature& declared);
   absl::Status CheckPackageOutputs(const ModelSignature& declared);
   absl::Status VerifyPackage(const RuntimeOptions& options);
+  // The package on the eager outputs export.py recorded (<package>.expected):
+  // "" when within `tolerance`, else what differed; *worst as in the verifier.
+  absl::StatusOr<std::string> CompareWithExpected(const std::string& path, double tolerance,
+                                                  double* worst);
   // The package's forward at a batch within its range: rows under its
   // minimum are padded with zeros and cut from the outputs; rows over its
   // maximum are INVALID_ARGUMENT.

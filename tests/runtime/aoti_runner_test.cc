@@ -93,6 +93,24 @@ double MaxRelative(const Tensor& a, const Tensor& b) {
   return a.data.size() == b.data.size() ? diff / scale : 1e9;
 }
 
+// Writes <package>.expected as export.py does (a torch.save'd tuple of
+// (inputs, outputs) per batch size), from tiny_cnn's TorchScript outputs
+// times `scale`.
+void WriteExpected(const std::string& package, double scale) {
+  torch::jit::Module m = torch::jit::load(absl::StrCat(METALSERVE_MODELS_DIR, "/tiny_cnn.pt"));
+  std::vector<c10::IValue> records;
+  for (int64_t b : {1, 3}) {
+    torch::manual_seed(b);
+    const at::Tensor x = torch::rand({b, 3, 8, 8});
+    const at::Tensor y = m.forward({x}).toTensor() * scale;
+    records.push_back(c10::ivalue::Tuple::create(
+        {c10::ivalue::Tuple::create({x}), c10::ivalue::Tuple::create({y})}));
+  }
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::ivalue::Tuple::create(records));
+  std::ofstream(package + ".expected", std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
 class AotiRunnerTest : public ::testing::Test {
  protected:
   void TearDown() override { torch_internal::SetPackageLoaderForTest(nullptr); }
@@ -156,6 +174,25 @@ TEST_F(AotiRunnerTest, WithoutTorchScriptOnlyBatchInvarianceIsCheckedAndSaidSo) 
   auto package = CreateTorchRunner(Options(dir.package()));
   ASSERT_TRUE(package.ok()) << package.status();
   EXPECT_THAT((*package)->info().optimization_reason, HasSubstr("batch invariance only"));
+}
+
+TEST_F(AotiRunnerTest, WithoutTorchScriptThePackageIsVerifiedAgainstRecordedOutputs) {
+  PackageDir dir(/*with_torchscript=*/false);
+  WriteExpected(dir.package(), 1.0);
+  InstallFake(FakePackage{});
+  auto package = CreateTorchRunner(Options(dir.package()));
+  ASSERT_TRUE(package.ok()) << package.status();
+  EXPECT_THAT((*package)->info().optimization_reason,
+              HasSubstr("verified against the eager outputs recorded at export"));
+}
+
+TEST_F(AotiRunnerTest, PackageThatDiffersFromItsRecordedOutputsIsRefused) {
+  PackageDir dir(/*with_torchscript=*/false);
+  WriteExpected(dir.package(), 1.0);
+  InstallFake(FakePackage{.scale = 1.1});
+  EXPECT_THAT(CreateTorchRunner(Options(dir.package())),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("does not match the eager outputs recorded at export")));
 }
 
 TEST_F(AotiRunnerTest, BatchBelowThePackagesLowestIsPaddedAndCut) {
