@@ -78,6 +78,27 @@ struct Expected {
   std::vector<at::Tensor> outputs;
 };
 
+// The warm-up batch sizes, each once, ascending, and the comparison settings.
+VerifyOptions PackageVerifyOptions(const RuntimeOptions& options, const std::string& precision) {
+  VerifyOptions verify;
+  verify.batch_sizes = options.warmup_batch_sizes;
+  std::sort(verify.batch_sizes.begin(), verify.batch_sizes.end());
+  verify.batch_sizes.erase(std::unique(verify.batch_sizes.begin(), verify.batch_sizes.end()),
+                           verify.batch_sizes.end());
+  verify.tolerance = options.verify_tolerance;
+  verify.batch_invariance = options.verify_batch_invariance;
+  verify.precision = precision;
+  return verify;
+}
+
+// The TorchScript model to verify against: the one given, else <model>.pt
+// beside the package; "" when there is none.
+std::string ReferenceModel(const RuntimeOptions& options) {
+  if (!options.reference_model_path.empty()) return options.reference_model_path;
+  const std::string beside = ModelStem(options.model_path) + ".pt";
+  return fs::exists(beside) ? beside : "";
+}
+
 // The items of a tuple or a list (what torch.save wrote).
 std::vector<c10::IValue> Items(const c10::IValue& v) {
   if (v.isTuple()) return v.toTupleRef().elements().vec();
@@ -235,17 +256,12 @@ absl::Status TorchRunner::CheckPackageOutputs(const ModelSignature& declared) {
   return absl::OkStatus();
 }
 
-// Verifies the package against its TorchScript model (or, without one, its
-// batch invariance) at every warm-up batch size; see the file comment.
+// Verifies the package against its TorchScript model, else its recorded
+// outputs, and its batch invariance at every warm-up batch size; see the
+// file comment.
 absl::Status TorchRunner::VerifyPackage(const RuntimeOptions& options) {
   const absl::Time start = clock_->TimeNow();
-  VerifyOptions verify;
-  verify.batch_sizes = options.warmup_batch_sizes;
-  std::sort(verify.batch_sizes.begin(), verify.batch_sizes.end());
-  verify.batch_sizes.erase(std::unique(verify.batch_sizes.begin(), verify.batch_sizes.end()),
-                           verify.batch_sizes.end());
-  verify.tolerance = options.verify_tolerance;
-  verify.precision = info_.precision;
+  const VerifyOptions verify = PackageVerifyOptions(options, info_.precision);
   const std::string sizes = absl::StrJoin(verify.batch_sizes, ",");
   GraphVerifier verifier(*path_, verify, clock_);
   const CompareForward package = [this](const std::vector<at::Tensor>& in)
@@ -253,10 +269,7 @@ absl::Status TorchRunner::VerifyPackage(const RuntimeOptions& options) {
     ASSIGN_OR_RETURN(std::vector<at::Tensor> out, ForwardPackage(in, ForwardPurpose::kVerify));
     return AsFloat(std::move(out));
   };
-  std::string reference = options.reference_model_path;
-  if (reference.empty() && fs::exists(ModelStem(options.model_path) + ".pt")) {
-    reference = ModelStem(options.model_path) + ".pt";
-  }
+  const std::string reference = ReferenceModel(options);
   std::optional<torch::jit::Module> module;
   if (!reference.empty()) {
     ASSIGN_OR_RETURN(module, LoadModule(reference));
