@@ -3,10 +3,21 @@
 
 Usage: /usr/bin/python3 models/export.py --out DIR [--only a,b]
        /usr/bin/python3 models/export.py --repository DIR [--version N] [--only a,b]
+       python3 models/export.py --out DIR --format=pt2 [--devices=cuda,cpu]
+           [--max_batch_size=256] [--precision=fp16] [--channels_last] [--only a,b]
 
 With --out, writes DIR/<name>.pt (TorchScript) and DIR/<name>.json (the
 signature: input/output names, dtypes and shapes with -1 for the batch
 dimension), because TorchScript does not carry a usable signature.
+
+With --format=pt2 (torch 2.6+), also writes an AOTInductor package per device,
+DIR/<name>.<device>[.fp16|.bf16][.cl].pt2, next to the TorchScript file and
+the same signature: torch.export with a dynamic batch dimension (1 up to
+--max_batch_size), compiled by torch._inductor.aoti_compile_and_package for
+that device. --precision/--channels_last are compiled into the package (it
+still takes and returns the signature's dtypes). The package's batch range
+and precision go into its metadata (metalserve.min_batch, .max_batch,
+.precision), which the server reads (docs/aoti.md).
 
 With --repository, writes a model repository (docs/repository.md):
 DIR/<name>/<N>/model.pt and DIR/<name>/config.json (the signature; an
@@ -31,6 +42,7 @@ in CI, see README for serving your own model):
 Works with torch 1.13 and 2.x.
 """
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -100,7 +112,7 @@ def _spec(name, shape, dtype="float32"):
 def _image_model(name, classes=1000):
     def build():
         torch.manual_seed(0)
-        return torch.jit.script(_torchvision(name).eval())
+        return _torchvision(name).eval()
 
     sig = {"inputs": [_spec("input", [-1, 3, 224, 224])],
            "outputs": [_spec("logits", [-1, classes])]}
@@ -130,7 +142,7 @@ def _device_input_model(name, dtype):
     def build():
         torch.manual_seed(0)
         net = _torchvision(name).eval()
-        return torch.jit.script(DeviceInput(net, dtype == "uint8").eval())
+        return DeviceInput(net, dtype == "uint8").eval()
 
     sig = {"inputs": [_spec("input", [-1, 3, 224, 224], dtype)],
            "outputs": [_spec("logits", [-1, 1000])]}
@@ -140,7 +152,7 @@ def _device_input_model(name, dtype):
 def _small(cls, in_shape, out_shape, in_name="input", out_name="output", inputs=None):
     def build():
         torch.manual_seed(0)
-        return torch.jit.script(cls().eval())
+        return cls().eval()
 
     return build, {"inputs": inputs or [_spec(in_name, in_shape)],
                    "outputs": [_spec(out_name, out_shape)]}
@@ -148,7 +160,7 @@ def _small(cls, in_shape, out_shape, in_name="input", out_name="output", inputs=
 
 def _scripted(cls, inputs, outputs):
     def build():
-        return torch.jit.script(cls().eval())
+        return cls().eval()
 
     return build, {"inputs": [_spec(*i) for i in inputs],
                    "outputs": [_spec(*o) for o in outputs]}
@@ -229,6 +241,100 @@ def _save(module, name, sig, args):
     return pt
 
 
+class _Compiled(torch.nn.Module):
+    """An image model in a reduced precision and/or channels-last, taking and
+    returning float32 as its signature says: the cast and the layout change
+    are compiled into the package."""
+
+    def __init__(self, net, dtype, channels_last):
+        super().__init__()
+        self.dtype = dtype
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.net = net.to(dtype).to(memory_format=self.memory_format)
+
+    def forward(self, x):
+        y = self.net(x.to(self.dtype).contiguous(memory_format=self.memory_format))
+        return y.float()
+
+
+_PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _pt2_devices(arg):
+    if arg:
+        return [d for d in arg.split(",") if d]
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices.insert(0, "cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        devices.insert(0, "mps")
+    return devices
+
+
+def _example(sig, device):
+    args = []
+    for spec in sig["inputs"]:
+        dtype = _DTYPES[spec["dtype"]]
+        scale = 1 if dtype.is_floating_point else 10
+        args.append((torch.rand([2] + spec["shape"][1:]) * scale).to(dtype).to(device))
+    return tuple(args)
+
+
+def _save_pt2(eager, name, sig, device, args):
+    """torch.export with a dynamic batch dimension, compiled for `device`;
+    returns the package's path."""
+    net = eager
+    suffix = ""
+    if args.precision != "fp32" or args.channels_last:
+        net = _Compiled(eager, _PRECISIONS[args.precision], args.channels_last)
+        suffix = ("" if args.precision == "fp32" else "." + args.precision) + \
+            (".cl" if args.channels_last else "")
+    net = net.to(device).eval()
+    batch = torch.export.Dim("batch", min=1, max=args.max_batch_size)
+    example = _example(sig, device)
+    with torch.no_grad():
+        ep = torch.export.export(net, example, dynamic_shapes=tuple({0: batch} for _ in example))
+    lowest = [int(r.lower) for r in ep.range_constraints.values()]
+    meta = {"metalserve.min_batch": str(max([1] + lowest)),
+            "metalserve.max_batch": str(args.max_batch_size),
+            "metalserve.precision": args.precision}
+    configs = {}
+    importlib.import_module("torch._inductor.config")
+    if hasattr(torch._inductor.config.aot_inductor, "metadata"):
+        configs["aot_inductor.metadata"] = meta
+    path = os.path.join(args.out, f"{name}.{device}{suffix}.pt2")
+    with torch.no_grad():
+        torch._inductor.aoti_compile_and_package(ep, package_path=path + ".tmp.pt2",
+                                                 inductor_configs=configs)
+    os.replace(path + ".tmp.pt2", path)
+    _save_expected(net, sig, device, path, args.max_batch_size)
+    return path
+
+
+def _save_expected(net, sig, device, path, max_batch):
+    """Eager outputs on seeded inputs, for the server to verify the package
+    against when no TorchScript model is beside it: <package>.expected, a
+    torch.save'd tuple of (inputs, outputs) per batch size (1 and 3)."""
+    torch.manual_seed(1234)
+    records = []
+    for b in sorted({1, min(3, max_batch)}):
+        inputs = []
+        for spec in sig["inputs"]:
+            dtype = _DTYPES[spec["dtype"]]
+            scale = 1 if dtype.is_floating_point else 10
+            inputs.append((torch.rand([b] + spec["shape"][1:]) * scale).to(dtype))
+        with torch.no_grad():
+            out = net(*[x.to(device) for x in inputs])
+        if isinstance(out, dict):
+            outs = [out[spec["name"]] for spec in sig["outputs"]]
+        else:
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        records.append((tuple(inputs), tuple(o.cpu() for o in outs)))
+    # Tuples: LibTorch's unpickler (torch::jit::pickle_load) reads them, not
+    # the APPEND opcode a short Python list is written with.
+    torch.save(tuple(records), path + ".expected")
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     where = p.add_mutually_exclusive_group(required=True)
@@ -238,23 +344,51 @@ def main(argv):
     p.add_argument("--version", type=int, default=1,
                    help="with --repository: the version folder to write (default 1)")
     p.add_argument("--only", default="", help="comma-separated model names")
+    p.add_argument("--format", choices=["torchscript", "pt2"], default="torchscript",
+                   help="pt2: also an AOTInductor package per device (torch 2.6+)")
+    p.add_argument("--devices", default="", help="pt2: comma list of cuda, mps, cpu "
+                   "(default: cpu and each available accelerator)")
+    p.add_argument("--max_batch_size", type=int, default=256,
+                   help="pt2: largest batch the package accepts (default 256)")
+    p.add_argument("--precision", choices=list(_PRECISIONS), default="fp32",
+                   help="pt2: compute precision compiled in (default fp32)")
+    p.add_argument("--channels_last", action="store_true",
+                   help="pt2: channels-last layout compiled in (image models)")
     args = p.parse_args(argv)
     if args.version < 1:
         p.error(f"--version {args.version}: a version is a positive number")
+    if args.format == "pt2" and (args.repository or args.max_batch_size < 1):
+        p.error("--format=pt2 needs --out and a positive --max_batch_size")
+    if args.format == "pt2":
+        try:
+            # AOTInductor (torch 2.6+); imported here, not at the top: the
+            # TorchScript path runs on torch 1.13 too.
+            importlib.import_module("torch.export")
+            if not hasattr(importlib.import_module("torch._inductor"), "aoti_compile_and_package"):
+                raise ImportError("no aoti_compile_and_package")
+        except ImportError:
+            p.error(f"--format=pt2 needs torch 2.6 or newer (AOTInductor); "
+                    f"this is {torch.__version__}")
     names = [n for n in args.only.split(",") if n] or list(MODELS)
     known = {**MODELS, **EXTRA_MODELS}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SystemExit(f"unknown model(s) {unknown}; known: {list(known)}")
     os.makedirs(args.out or args.repository, exist_ok=True)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    if args.format == "torchscript":
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     for name in names:
         start = time.time()
         build, sig = known[name]
-        module = build()
+        eager = build()
+        module = torch.jit.script(eager)
         _check(module, sig)
         pt = _save(module, name, sig, args)
-        print(f"exported {pt} in {time.time() - start:.1f}s")
+        print(f"exported {pt} in {time.time() - start:.1f}s", flush=True)
+        for device in (_pt2_devices(args.devices) if args.format == "pt2" else []):
+            start = time.time()
+            path = _save_pt2(eager, name, sig, device, args)
+            print(f"exported {path} in {time.time() - start:.1f}s", flush=True)
 
 
 if __name__ == "__main__":

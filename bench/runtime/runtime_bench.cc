@@ -5,6 +5,7 @@
 //
 //   build/bench/runtime/runtime_bench [--device=cpu] [--threads=2]
 //       [--models=resnet18,mobilenet_v2,mobilenet_v3_small] [--batches=1,8]
+//       (a model named X.pt2 is the AOTInductor package build/models/X.pt2)
 //       [--levels=none,freeze,full] [--precision=fp32] [--channels_last=1]
 //       [benchmark flags, e.g. --benchmark_min_time=2]
 #include <cstring>
@@ -47,7 +48,9 @@ Runner* GetRunner(const std::string& model, const std::string& level) {
   auto& slot = (*runners)[{model, level}];
   if (slot == nullptr) {
     RuntimeOptions o;
-    o.model_path = absl::StrCat(METALSERVE_MODELS_DIR, "/", model, ".pt");
+    // A name ending in .pt2 is an AOTInductor package file in the same folder.
+    o.model_path = absl::StrCat(METALSERVE_MODELS_DIR, "/", model,
+                                absl::EndsWith(model, ".pt2") ? "" : ".pt");
     o.signature_codec = ModelConfigSignatureCodec();
     o.device = config().device;
     o.threads = config().threads;

@@ -59,8 +59,10 @@ std::unique_ptr<DevicePlatform> CreateTorchPlatform() {
 
 absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(const RuntimeOptions& options) {
   // A device thread belongs to one device: with one given, auto keeps the
-  // fixed order.
-  if (options.device != "auto" || options.device_thread != nullptr) {
+  // fixed order. A package is compiled for one device type, named in its
+  // file name (aoti_runner.cc): nothing to measure.
+  if (options.device != "auto" || options.device_thread != nullptr ||
+      torch_internal::IsPackagePath(options.model_path)) {
     return torch_internal::TorchRunner::Create(options);
   }
   const torch_internal::TorchPlatform torch_platform;

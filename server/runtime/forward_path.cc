@@ -150,12 +150,19 @@ absl::StatusOr<c10::IValue> ForwardPath::ForwardRaw(torch::jit::Module& module,
 absl::StatusOr<std::vector<at::Tensor>> ForwardPath::Forward(
     torch::jit::Module& module, const std::vector<at::Tensor>& host,
     at::ScalarType compute, ForwardPurpose purpose) const {
+  return Forward([&module](std::vector<c10::IValue> in) { return module.forward(std::move(in)); },
+                 host, compute, purpose);
+}
+
+absl::StatusOr<std::vector<at::Tensor>> ForwardPath::Forward(
+    const TensorForward& forward, const std::vector<at::Tensor>& host,
+    at::ScalarType compute, ForwardPurpose purpose) const {
   if (observer_) observer_(purpose, host.empty() ? 0 : host[0].size(0));
   // One device-work scope for the forward and the copy back: on CUDA both
   // run on the same stream, so the copy waits for the forward.
   return AsDeviceWork<std::vector<at::Tensor>>(
       *device_, [&]() -> absl::StatusOr<std::vector<at::Tensor>> {
-        c10::IValue out = module.forward(ToDevice(host, compute));
+        c10::IValue out = forward(ToDevice(host, compute));
         return FromDevice(out);
       });
 }

@@ -18,6 +18,7 @@
 #ifndef METALSERVE_SERVER_RUNTIME_FORWARD_PATH_H_
 #define METALSERVE_SERVER_RUNTIME_FORWARD_PATH_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,11 @@ absl::StatusOr<at::ScalarType> ParsePrecision(const std::string& p);
 // The model's own words: TorchScript wraps a raised exception in a traceback
 // whose last line is "builtins.RuntimeError: <message>".
 std::string ModelMessage(const std::string& what);
+
+// A model's entry point other than a TorchScript module's forward (an
+// AOTInductor package, aoti_package.h): device tensors in, the model's result
+// out (a tensor, or a tuple of them in the signature's output order).
+using TensorForward = std::function<c10::IValue(std::vector<c10::IValue>)>;
 
 class ForwardPath {
  public:
@@ -68,6 +74,11 @@ class ForwardPath {
   // ForwardRaw, then the outputs bound to the signature and on the host in
   // its dtypes. INTERNAL when the result does not match the signature.
   absl::StatusOr<std::vector<at::Tensor>> Forward(torch::jit::Module& module,
+                                                  const std::vector<at::Tensor>& host,
+                                                  at::ScalarType compute,
+                                                  ForwardPurpose purpose) const;
+  // The same path around any entry point (a compiled package).
+  absl::StatusOr<std::vector<at::Tensor>> Forward(const TensorForward& forward,
                                                   const std::vector<at::Tensor>& host,
                                                   at::ScalarType compute,
                                                   ForwardPurpose purpose) const;

@@ -196,20 +196,32 @@ absl::StatusOr<std::string> GraphVerifier::Compare(
   } else if (reference_dtype == candidate_dtype && candidate_dtype == at::kHalf) {
     tol = std::max(tol, 2.0 * std::ldexp(1.0, -10));
   }
+  const CompareForward want = [&](const std::vector<at::Tensor>& in) {
+    return Outputs(reference, in, reference_dtype);
+  };
+  const CompareForward got = [&](const std::vector<at::Tensor>& in) {
+    return Outputs(candidate, in, candidate_dtype);
+  };
+  return CompareForwards(want, got, tol, check_invariance, worst);
+}
+
+absl::StatusOr<std::string> GraphVerifier::CompareForwards(const CompareForward& reference,
+                                                           const CompareForward& candidate,
+                                                           double tol, bool check_invariance,
+                                                           double* worst) const {
   std::vector<std::string> problems;
   for (int64_t b : options_.batch_sizes) {
     const std::vector<at::Tensor> probe = ProbeInputs(path_, b, 1000 + b);
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> want, Outputs(reference, probe, reference_dtype));
+    ASSIGN_OR_RETURN(std::vector<at::Tensor> want, reference(probe));
     // Twice: the profiling executor may change the graph on the second run.
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> got, Outputs(candidate, probe, candidate_dtype));
-    ASSIGN_OR_RETURN(got, Outputs(candidate, probe, candidate_dtype));
+    ASSIGN_OR_RETURN(std::vector<at::Tensor> got, candidate(probe));
+    ASSIGN_OR_RETURN(got, candidate(probe));
     if (got.size() != want.size()) {
-      return absl::InternalError("plain and optimized models differ in output count");
+      return absl::InternalError("reference and candidate differ in output count");
     }
     CompareOutputs(want, got, b, tol, worst, &problems);
     if (!check_invariance || b == 1) continue;
-    RETURN_IF_ERROR(
-        CompareRowsAlone(candidate, candidate_dtype, probe, got, b, tol, worst, &problems));
+    RETURN_IF_ERROR(CompareRowsAlone(candidate, probe, got, b, tol, worst, &problems));
   }
   return absl::StrJoin(problems, ", ");
 }
@@ -244,7 +256,7 @@ void GraphVerifier::CompareOutputs(const std::vector<at::Tensor>& want,
 }
 
 // A row's output must not depend on its position in the batch.
-absl::Status GraphVerifier::CompareRowsAlone(torch::jit::Module& candidate, at::ScalarType dtype,
+absl::Status GraphVerifier::CompareRowsAlone(const CompareForward& candidate,
                                              const std::vector<at::Tensor>& probe,
                                              const std::vector<at::Tensor>& got, int64_t b,
                                              double tol, double* worst,
@@ -255,7 +267,7 @@ absl::Status GraphVerifier::CompareRowsAlone(torch::jit::Module& candidate, at::
   for (int64_t row : rows) {
     std::vector<at::Tensor> alone;
     for (const at::Tensor& t : probe) alone.push_back(t.narrow(0, row, 1));
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> single, Outputs(candidate, alone, dtype));
+    ASSIGN_OR_RETURN(std::vector<at::Tensor> single, candidate(alone));
     for (size_t o = 0; o < single.size() && o < got.size(); ++o) {
       const at::Tensor in_batch = got[o].narrow(0, row, 1);
       if (!in_batch.sizes().equals(single[o].sizes())) continue;

@@ -21,6 +21,7 @@
 #define METALSERVE_SERVER_RUNTIME_GRAPH_VERIFICATION_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,11 @@ struct VerifiedGraph {
   absl::Duration verify_time;    // the comparison forwards
 };
 
+// A forward to compare: probe inputs on the host -> outputs on the host,
+// floating outputs as fp32.
+using CompareForward = std::function<absl::StatusOr<std::vector<at::Tensor>>(
+    const std::vector<at::Tensor>& host)>;
+
 class GraphVerifier {
  public:
   GraphVerifier(const ForwardPath& path, VerifyOptions options, Clock* clock)
@@ -73,6 +79,16 @@ class GraphVerifier {
   // INTERNAL when the level fails to build (the caller then verifies).
   absl::StatusOr<VerifiedGraph> Rebuild(torch::jit::Module& plain32, Level level,
                                         at::ScalarType compute, std::string reason);
+  // Compares `candidate` with `reference` on seeded probes at every batch
+  // size (within `tolerance`, the same arg-max, and with `check_invariance`
+  // each row equal to the same row alone). Returns "" when they match, else
+  // what differed; *worst is the largest relative deviation seen. Used for
+  // graphs (below) and for a compiled package against its TorchScript model
+  // or recorded outputs (aoti_package.h).
+  absl::StatusOr<std::string> CompareForwards(const CompareForward& reference,
+                                              const CompareForward& candidate, double tolerance,
+                                              bool check_invariance, double* worst) const;
+  const VerifyOptions& options() const { return options_; }
 
  private:
   std::optional<torch::jit::Module> TryLevel(torch::jit::Module& plain, Level level,
@@ -95,7 +111,7 @@ class GraphVerifier {
   void CompareOutputs(const std::vector<at::Tensor>& want, const std::vector<at::Tensor>& got,
                       int64_t batch, double tol, double* worst,
                       std::vector<std::string>* problems) const;
-  absl::Status CompareRowsAlone(torch::jit::Module& candidate, at::ScalarType dtype,
+  absl::Status CompareRowsAlone(const CompareForward& candidate,
                                 const std::vector<at::Tensor>& probe,
                                 const std::vector<at::Tensor>& got, int64_t batch, double tol,
                                 double* worst, std::vector<std::string>* problems) const;

@@ -22,7 +22,11 @@ TorchRunner::~TorchRunner() {
   if (device_ == nullptr) return;
   // The module and its tensors are released where device work runs; on a
   // device thread already shut down, here (no device work can race it).
-  if (!OnDevice([this] { module_.reset(); }).ok()) module_.reset();
+  auto release = [this] {
+    module_.reset();
+    package_.reset();
+  };
+  if (!OnDevice(release).ok()) release();
 }
 
 absl::Status TorchRunner::CheckInput(size_t i, DType dtype,
@@ -153,10 +157,15 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunHost(
   return result;
 }
 
+absl::StatusOr<std::vector<at::Tensor>> TorchRunner::ForwardModel(
+    const std::vector<at::Tensor>& host, ForwardPurpose purpose) {
+  if (package_.has_value()) return ForwardPackage(host, purpose);
+  return path_->Forward(*module_, host, compute_dtype_, purpose);
+}
+
 // On the device thread: the forward path, then the outputs as project tensors.
 absl::StatusOr<std::vector<Tensor>> TorchRunner::Serve(const std::vector<at::Tensor>& host) {
-  absl::StatusOr<std::vector<at::Tensor>> out =
-      path_->Forward(*module_, host, compute_dtype_, ForwardPurpose::kServe);
+  absl::StatusOr<std::vector<at::Tensor>> out = ForwardModel(host, ForwardPurpose::kServe);
   if (!out.ok()) {
     if (out.status().code() != absl::StatusCode::kInternal) return out.status();
     return absl::InternalError(

@@ -105,8 +105,13 @@ using ForwardObserver = std::function<void(ForwardPurpose purpose, int64_t rows)
 using LoadPhaseCallback = std::function<void(const std::string& phase, absl::Duration took)>;
 
 struct RuntimeOptions {
-  // TorchScript file. Required.
+  // TorchScript file, or an AOTInductor package (a name ending in ".pt2";
+  // aoti_runner.cc; refused with FAILED_PRECONDITION by a runtime built
+  // without AOTInductor). Required.
   std::string model_path;
+  // For a package: the TorchScript model it is verified against at load;
+  // empty: <model>.pt beside the package when there is one.
+  std::string reference_model_path;
   // Signature sidecar; empty means model_path with its extension replaced by
   // ".json", and then a missing file means "infer the signature" (below). A
   // path given here must exist (NOT_FOUND otherwise).

@@ -8,7 +8,10 @@
 //   torch_runner_load.cc  Create and the load phases;
 //   verification_cache.h  verification verdicts on disk (torch-free);
 //   device_choice.h       which device: probes, measurement (torch-free);
-//   device_measure.cc     CreateTorchRunner: auto measures each device.
+//   device_measure.cc     CreateTorchRunner: auto measures each device;
+//   aoti_runner.cc        Create for an AOTInductor package (.pt2): the
+//                         AotiRunner, this class serving a compiled package
+//                         (aoti_package.h) instead of a TorchScript module.
 #ifndef METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_INTERNAL_H_
 #define METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_INTERNAL_H_
 
@@ -22,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/runtime/aoti_package.h"
 #include "server/runtime/cache_policy.h"
 #include "server/runtime/forward_path.h"
 #include "server/runtime/graph_verification.h"
@@ -31,7 +35,10 @@
 
 namespace metalserve::torch_internal {
 
-// One TorchScript model on one device; see torch_runner.h for the contract.
+// One TorchScript model or one AOTInductor package on one device; see
+// torch_runner.h for the contract. Both share the request path, the device
+// thread, the forward path, warm-up and the cache policy; they differ in how
+// the model is loaded and verified (torch_runner_load.cc, aoti_runner.cc).
 //
 // Ownership: owns the module, the forward path and the cache policy; shares
 // the TorchDevice (and through it the DeviceThread) with every runner on the
@@ -85,6 +92,25 @@ class TorchRunner final : public Runner {
                              const SignatureCodec& codec, bool write) const;
   absl::Status WarmUp(const std::vector<int64_t>& batch_sizes);
 
+  // The AotiRunner (aoti_runner.cc): load, signature check and verification
+  // of a package, on the device thread.
+  static absl::StatusOr<std::unique_ptr<Runner>> CreateFromPackage(const RuntimeOptions& options);
+  absl::Status LoadPackageModel(const RuntimeOptions& options, const ModelSignature& declared);
+  absl::Status CheckPackageOutputs(const ModelSignature& declared);
+  absl::Status VerifyPackage(const RuntimeOptions& options);
+  // The package on the eager outputs export.py recorded (<package>.expected):
+  // "" when within `tolerance`, else what differed; *worst as in the verifier.
+  absl::StatusOr<std::string> CompareWithExpected(const std::string& path, double tolerance,
+                                                  double* worst);
+  // The package's forward at a batch within its range: rows under its
+  // minimum are padded with zeros and cut from the outputs; rows over its
+  // maximum are INVALID_ARGUMENT.
+  absl::StatusOr<std::vector<at::Tensor>> ForwardPackage(const std::vector<at::Tensor>& host,
+                                                         ForwardPurpose purpose);
+  // The serving model (module or package) through the forward path.
+  absl::StatusOr<std::vector<at::Tensor>> ForwardModel(const std::vector<at::Tensor>& host,
+                                                       ForwardPurpose purpose);
+
   // The request path.
   absl::Status CheckInputCount(size_t count) const;
   absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
@@ -104,6 +130,7 @@ class TorchRunner final : public Runner {
   at::ScalarType compute_dtype_ = at::kFloat;
   std::unique_ptr<ForwardPath> path_;
   std::optional<torch::jit::Module> module_;
+  std::optional<CompiledPackage> package_;  // set instead of module_ for a .pt2
   std::unique_ptr<CachePolicy> cache_policy_;
 };
 

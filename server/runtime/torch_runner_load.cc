@@ -118,6 +118,7 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
   Clock* clock = options.clock != nullptr ? options.clock : Clock::RealClock();
   const absl::Time start = clock->TimeNow();
   RETURN_IF_ERROR(ValidateOptions(options));
+  if (IsPackagePath(options.model_path)) return CreateFromPackage(options);
   auto runner = std::unique_ptr<TorchRunner>(new TorchRunner());
   runner->clock_ = clock;
   RETURN_IF_ERROR(runner->SetUp(options));
@@ -266,7 +267,7 @@ absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
     for (int i = 0; i < 2; ++i) {
       auto probe = ProbeInputs(*path_, b, 7);
       const absl::Time forward_start = clock_->TimeNow();
-      const auto out = path_->Forward(*module_, probe, compute_dtype_, ForwardPurpose::kWarmUp);
+      const auto out = ForwardModel(probe, ForwardPurpose::kWarmUp);
       if (i == 1) info_.warmup_timings.push_back({b, clock_->TimeNow() - forward_start});
       if (!out.ok()) {
         return absl::Status(out.status().code(), absl::StrCat("warm-up at batch ", b, ": ",

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One run on the GPU host (shared/gpu-host/README.md's recipe): builds with
+# AOTInductor, runs the C++ loader probe, the served-package test, exports
+# ResNet-50 (TorchScript and packages) and measures TorchScript against
+# AOTInductor (bench/aoti_compare.py). Logs under $OUT (default /tmp/aoti-out).
+#   bash bench/aoti_h200.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/aoti-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+source .devtools/gpu-env.sh
+export PKG_CONFIG_PATH=/opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=/opt/deb
+g=$(ls /usr/lib/x86_64-linux-gnu/libgnutls.so.30* 2>/dev/null | head -1)
+ln -sf "$g" /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.so.30
+ln -sf "$g" /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.so
+rm -f /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.a
+printf "Name: gnutls\nDescription: host\nVersion: 3.7.9\nLibs: -lgnutls\nCflags:\n" \
+  > /opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+mkdir -p build-gpu/models /tmp/x16
+(bench/aoti_probe/run_probe.sh /tmp/probe cuda,cpu tiny > "$OUT/probe.txt" 2>&1) &
+(python3 models/export.py --out build-gpu/models --only resnet50 --format=pt2 --devices=cuda \
+   > "$OUT/export.txt" 2>&1 || echo "export fp32 FAILED" >> "$OUT/export.txt") &
+(python3 models/export.py --out /tmp/x16 --only resnet50 --format=pt2 --devices=cuda \
+   --precision=fp16 --channels_last > "$OUT/export16.txt" 2>&1 &&
+   mv /tmp/x16/resnet50.cuda.fp16.cl.pt2 build-gpu/models/ ||
+   echo "export fp16 FAILED" >> "$OUT/export16.txt") &
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF \
+  -DMETALSERVE_PYTHON=$(command -v python3) $GPU_CMAKE_ARGS > "$OUT/cmake.txt" 2>&1
+grep "AOTInductor runner" "$OUT/cmake.txt"
+grep -q "AOTInductor runner: on" "$OUT/cmake.txt" || { wait; echo "runner off: stopping"; exit 1; }
+cmake --build build-gpu -j16 --target metalserve metalserve-bench runtime_bench \
+  > "$OUT/build.txt" 2>&1 || { grep -E "error|Error" "$OUT/build.txt" | head -30; }
+stamp "built"
+python3 tests/runtime/aoti_serve_test.py --build build-gpu --aoti ON -v > "$OUT/serve_test.txt" 2>&1
+echo "aoti_serve_test rc=$?"; tail -5 "$OUT/serve_test.txt"
+stamp "served-package test done"
+wait
+stamp "exports done"; grep -h "exported\|FAILED\|Error" "$OUT"/export*.txt
+grep -v "^  meta" "$OUT/probe.txt" | grep -E "torch|loaded|batch|rc=|FAILED|rror"
+python3 bench/aoti_compare.py --build=build-gpu --model=resnet50 --device=cuda \
+  --variants=${VARIANTS:-ts-fp32,aoti-fp32,ts-fp16cl,aoti-fp16cl} --batches=1,32,256 \
+  --json="$OUT/aoti-compare.json"
+stamp "measured"
+grep -h "verified against\|does not match\|AOTInductor package\|load_ms" build-gpu/aoti-compare/server-*.log | cut -c1-400
+cp build-gpu/aoti-compare/server-aoti-fp32.log "$OUT/" 2>/dev/null
