@@ -27,6 +27,7 @@
 #include "common/flags_help.h"
 #include "server/flag_lists.h"
 #include "server/metrics/metrics.h"
+#include "server/model_loading.h"
 #include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
@@ -40,6 +41,14 @@ ABSL_FLAG(std::string, model, METALSERVE_DEFAULT_MODEL,
           "(without one, see --input_shape). null:<signature.json> serves zeros of "
           "the signature's outputs with no model work, to measure the transport "
           "floor (docs/performance.md)");
+ABSL_FLAG(std::string, model_repository, "",
+          "Model repository folder DIR/<model>/<version>/model.pt with DIR/<model>/config.json "
+          "(docs/repository.md); when set, --model is not used. Default empty: serve --model");
+ABSL_FLAG(std::string, model_control, "none",
+          "With --model_repository: none (SIGHUP rescans), explicit (also the KServe "
+          "RepositoryModelLoad/Unload RPCs) or poll (rescan every --repository_poll_interval)");
+ABSL_FLAG(absl::Duration, repository_poll_interval, absl::Seconds(15),
+          "With --model_control=poll: time from one rescan's end to the next. Default 15s");
 ABSL_FLAG(std::string, input_shape, "",
           "Only for a model without a signature .json: each input's shape after the "
           "batch dimension, by forward's argument name, all inputs in this one flag with "
@@ -164,6 +173,8 @@ using metalserve::ParseSizes;
 volatile std::sig_atomic_t g_signal = 0;        // last SIGTERM/SIGINT
 volatile std::sig_atomic_t g_signal_count = 0;  // how many so far
 volatile std::sig_atomic_t g_dump = 0;          // SIGUSR1 seen
+volatile std::sig_atomic_t g_rescan = 0;        // SIGHUP seen
+void OnRescan(int) { g_rescan = 1; }
 void OnSignal(int sig) {
   g_signal = sig;
   g_signal_count = g_signal_count + 1;
@@ -227,6 +238,7 @@ void InstallSignalHandlers() {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGUSR1, OnDump);
+  std::signal(SIGHUP, OnRescan);
 }
 
 // Loads the model on a helper thread while this one watches for signals. A
@@ -287,13 +299,23 @@ std::unique_ptr<metalserve::Runner> RunnerOrExit(const metalserve::RuntimeOption
   return *std::move(runner);
 }
 
-// Serves until SIGTERM/SIGINT, writing the metrics dump on each SIGUSR1.
-void ServeUntilSignal(const metalserve::Metrics& metrics, const std::string& dump_path) {
+// Serves until SIGTERM/SIGINT, writing the metrics dump on each SIGUSR1 and
+// rescanning the repository (if any) on each SIGHUP, on its own thread.
+void ServeUntilSignal(const metalserve::Metrics& metrics, const std::string& dump_path,
+                      metalserve::Rescanner* rescanner) {
   while (g_signal == 0) {
     absl::SleepFor(kSignalPoll);
     if (g_dump != 0) {
       g_dump = 0;
       DumpMetrics(metrics, dump_path);
+    }
+    if (g_rescan != 0) {
+      g_rescan = 0;
+      if (rescanner != nullptr) {
+        rescanner->Request();
+      } else {
+        LOG(INFO) << "SIGHUP ignored: no --model_repository to rescan";
+      }
     }
   }
 }
@@ -442,6 +464,24 @@ void LogModel(const metalserve::ModelInfo& info) {
             << ", warmed up in " << absl::FormatDuration(info.warmup_time);
 }
 
+// --model_repository: every model of the folder loaded (exits 1 when the
+// folder cannot be read; a model that fails is logged and the others serve).
+std::unique_ptr<metalserve::RepositoryServing> RepositoryOrExit(
+    const metalserve::ServerOptions& so, const metalserve::RuntimeOptions& ro,
+    metalserve::Metrics* metrics) {
+  metalserve::ModelRepository::Options o;
+  o.root = absl::GetFlag(FLAGS_model_repository);
+  o.control = OrDie(metalserve::ParseModelControl(absl::GetFlag(FLAGS_model_control)),
+                    "--model_control");
+  o.poll_interval = absl::GetFlag(FLAGS_repository_poll_interval);
+  metalserve::ModelServableFactory::Options f{.batching = so.batching,
+                                              .device_concurrency = so.device_concurrency,
+                                              .metrics = metrics};
+  auto r = OrDie(metalserve::StartRepository(o, std::move(f), ro), "--model_repository");
+  metrics->SetBuildInfo(METALSERVE_VERSION, "", ro.device, o.root);
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -465,19 +505,29 @@ int main(int argc, char** argv) {
   const metalserve::RuntimeOptions ro = RuntimeOptionsFromFlags(so.batching, metrics.get());
   LogStart(version, ro, so, mo);
 
-  auto runner = RunnerOrExit(ro, *metrics, dump_path);
-  const metalserve::ModelInfo& info = runner->info();
-  metrics->SetModelTimes(info.load_time, info.warmup_time);
-  metrics->SetBuildInfo(version, info.torch_version, info.device, info.name);
-  LogModel(info);
-
-  auto server =
-      OrDie(metalserve::InferenceServer::Start(so, runner.get(), metrics.get()), "server");
+  std::unique_ptr<metalserve::RepositoryServing> repository;
+  std::unique_ptr<metalserve::Runner> runner;
+  std::unique_ptr<metalserve::InferenceServer> server;
+  if (!absl::GetFlag(FLAGS_model_repository).empty()) {
+    repository = RepositoryOrExit(so, ro, metrics.get());
+    server = OrDie(metalserve::InferenceServer::Start(so, repository->lookup.get(),
+                                                      repository->repository.get(),
+                                                      metrics.get()),
+                   "server");
+  } else {
+    runner = RunnerOrExit(ro, *metrics, dump_path);
+    const metalserve::ModelInfo& info = runner->info();
+    metrics->SetModelTimes(info.load_time, info.warmup_time);
+    metrics->SetBuildInfo(version, info.torch_version, info.device, info.name);
+    LogModel(info);
+    server = OrDie(metalserve::InferenceServer::Start(so, runner.get(), metrics.get()), "server");
+  }
   LOG(INFO) << "ready: gRPC on " << so.address << ", REST on "
             << (so.http.address.empty() ? "(off)" : so.http.address) << ", metrics on "
             << (metrics->port() > 0 ? absl::StrCat("port ", metrics->port()) : "(off)");
 
-  ServeUntilSignal(*metrics, dump_path);
+  ServeUntilSignal(*metrics, dump_path,
+                   repository != nullptr ? repository->rescanner.get() : nullptr);
   LOG(INFO) << "signal " << g_signal << ": health NOT_SERVING, draining";
   server->SetServing(false);
   DrainGrace(absl::GetFlag(FLAGS_drain_grace));
