@@ -18,6 +18,7 @@ exported by models/export.py) and --model_control=explicit, on free
     request parameters on RepositoryModelLoad are INVALID_ARGUMENT naming
     them; ServerMetadata lists the model_repository extension;
   * the native Predict and GetModelMetadata take model_version;
+  * SIGHUP rescans: a new version folder is served;
   * examples/python/repository.py lists, unloads and loads.
 
 Needs /usr/bin/python3 with grpcio, grpc_tools and torch. A missing binary,
@@ -27,6 +28,7 @@ every wait is bounded.
 import argparse
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -258,6 +260,14 @@ class Repository(unittest.TestCase):
             self.native.Predict(req, timeout=30)
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
         self.assertIn("ready: [2]", e.exception.details())
+
+    def test_sighup_rescans_the_folder(self):
+        self.add_version("identity", 2)
+        self.assertEqual(self.identity().model_version, "1")  # nothing rescanned yet
+        self.server.send_signal(signal.SIGHUP)
+        wait_for("identity version 2 after SIGHUP",
+                 lambda: self.identity().model_version == "2", time.monotonic() + 60)
+        self.assertTrue(self.server.alive())
 
     def test_example_client_lists_unloads_and_loads(self):
         def run(*args):
