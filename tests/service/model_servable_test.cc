@@ -146,3 +146,40 @@ TEST_F(ModelServableTest, RequestAdmittedBeforeUnloadFinishesOnItsVersion) {
 
 }  // namespace
 }  // namespace metalserve
+
+namespace metalserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(BatchingForTest, ModelSettingsOverrideTheFlagsAndKeepTheRest) {
+  BatcherOptions flags;
+  flags.max_batch_size = 32;
+  flags.allowed_batch_sizes = {1, 8, 32};
+  flags.max_queue_delay = absl::Milliseconds(2);
+  flags.max_queue_size = 1024;
+  ModelSettings s;
+  s.max_batch_size = 16;
+  s.max_queue_delay = absl::Microseconds(500);
+  absl::StatusOr<BatcherOptions> b = BatchingFor(flags, s, "/repo/m/config.json");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->max_batch_size, 16);
+  // The flags' padding sizes above the model's largest batch are dropped.
+  EXPECT_EQ(b->allowed_batch_sizes, (std::vector<int64_t>{1, 8, 16}));
+  EXPECT_EQ(b->max_queue_delay, absl::Microseconds(500));
+  EXPECT_EQ(b->max_queue_size, 1024);
+}
+
+TEST(BatchingForTest, SettingsThatDoNotFitTheFlagsNameTheConfigFile) {
+  BatcherOptions flags;
+  flags.max_batch_size = 32;
+  flags.max_queue_size = 64;
+  ModelSettings s;
+  s.allowed_batch_sizes = {1, 4};  // the last is not max_batch_size 32
+  absl::StatusOr<BatcherOptions> b = BatchingFor(flags, s, "/repo/m/config.json");
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(b.status().message(), HasSubstr("/repo/m/config.json"));
+}
+
+}  // namespace
+}  // namespace metalserve
