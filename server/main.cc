@@ -474,6 +474,7 @@ std::unique_ptr<metalserve::RepositoryServing> RepositoryOrExit(
   o.control = OrDie(metalserve::ParseModelControl(absl::GetFlag(FLAGS_model_control)),
                     "--model_control");
   o.poll_interval = absl::GetFlag(FLAGS_repository_poll_interval);
+  o.on_states = metalserve::ModelStatesToMetrics(metrics);
   metalserve::ModelServableFactory::Options f{.batching = so.batching,
                                               .device_concurrency = so.device_concurrency,
                                               .metrics = metrics};

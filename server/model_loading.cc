@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -69,6 +70,18 @@ void Rescanner::Loop() {
       LOG(INFO) << "rescan done";
     }
   }
+}
+
+std::function<void(const std::vector<VersionStatus>&)> ModelStatesToMetrics(Metrics* metrics) {
+  return [metrics](const std::vector<VersionStatus>& states) {
+    std::vector<Metrics::ModelState> m;
+    m.reserve(states.size());
+    for (const VersionStatus& v : states) {
+      m.push_back({v.id.model, absl::StrCat(v.id.version),
+                   std::string(ServableStateName(v.state))});
+    }
+    metrics->SetModelStates(m);
+  };
 }
 
 absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(

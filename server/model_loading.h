@@ -6,13 +6,16 @@
 #ifndef METALSERVE_SERVER_MODEL_LOADING_H_
 #define METALSERVE_SERVER_MODEL_LOADING_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "server/metrics/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/runtime/device_thread.h"
 #include "server/runtime/torch_runner.h"
@@ -58,6 +61,10 @@ class Rescanner {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
+
+// The manager's states as metalserve_model_state (ModelRepository::Options::
+// on_states). `metrics` is not owned and must outlive the repository.
+std::function<void(const std::vector<VersionStatus>&)> ModelStatesToMetrics(Metrics* metrics);
 
 // A running repository: what main keeps while it serves one, in the order
 // it is torn down (the rescanner first, the device threads last).

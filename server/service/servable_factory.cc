@@ -46,6 +46,13 @@ absl::StatusOr<std::unique_ptr<ModelServableFactory>> ModelServableFactory::Crea
 }
 
 absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::Load(const LoadSpec& spec) {
+  absl::StatusOr<std::unique_ptr<Servable>> s = LoadVersion(spec);
+  if (options_.metrics != nullptr) options_.metrics->ModelLoadFinished(spec.id.model, s.ok());
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::LoadVersion(
+    const LoadSpec& spec) {
   if (spec.config == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(spec.id.ToString(), ": no config"));
   }

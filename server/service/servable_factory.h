@@ -13,6 +13,8 @@
 // The service target is torch-free, so the runtime's options are filled by
 // the RunnerMaker (main), from RunnerSpec.
 //
+// Metrics: every Load is counted in model_loads_total{model,outcome}.
+//
 // Thread-safety: Load may be called from several control threads at once
 // (the manager serialises them anyway); the options are read-only.
 #ifndef METALSERVE_SERVER_SERVICE_SERVABLE_FACTORY_H_
@@ -75,6 +77,8 @@ class ModelServableFactory final : public ServableFactory {
 
  private:
   explicit ModelServableFactory(Options options) : options_(std::move(options)) {}
+  // Load without the metrics.
+  absl::StatusOr<std::unique_ptr<Servable>> LoadVersion(const LoadSpec& spec);
   const Options options_;
 };
 

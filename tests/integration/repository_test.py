@@ -13,7 +13,8 @@ exported by models/export.py) and --model_control=explicit, on free
     before the unload succeed; none is cut off), and NOT_FOUND never comes
     before an OK on one client;
   * a load that fails (a corrupt model.pt) names the file and leaves the
-    old version serving;
+    old version serving; metalserve_model_state and model_loads_total say so;
+    an unloaded version's state series goes once it has drained;
   * an unknown model or version is NOT_FOUND listing what is loaded;
     request parameters on RepositoryModelLoad are INVALID_ARGUMENT naming
     them; ServerMetadata lists the model_repository extension;
@@ -41,7 +42,7 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, tail, wait_for  # noqa: E402
+from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
 
 ARGS = None
 CLIENTS = 4
@@ -74,10 +75,12 @@ class Repository(unittest.TestCase):
         self.root = os.path.join(self.tmp, self.id().split(".")[-1])
         shutil.copytree(ARGS.repository, self.root)
         port = free_port()
+        self.metrics_port = free_port()
         self.log = self.root + ".log"
         self.server = Process(
             [ARGS.server, f"--model_repository={self.root}", "--model_control=explicit",
-             f"--address=127.0.0.1:{port}", "--http_address=", "--metrics_address=",
+             f"--address=127.0.0.1:{port}", "--http_address=",
+             f"--metrics_address=127.0.0.1:{self.metrics_port}",
              "--device=cpu", "--threads=1", "--cache_dir=none", "--monitor_log_interval=0",
              "--max_batch_size=8", "--max_queue_delay=1ms"], log_path=self.log)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -111,6 +114,15 @@ class Repository(unittest.TestCase):
 
     def identity(self, version=""):
         return self.infer("identity", [1.0, 2.0, 3.0, 4.0], [1, 4], version)
+
+    def metric(self, name, **labels):
+        """The value of the series of `name` with (at least) `labels`, or None."""
+        _, text = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line
+                                                   for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+        return None
 
     @staticmethod
     def floats(resp, i=0):
@@ -206,6 +218,12 @@ class Repository(unittest.TestCase):
             self.assertIn('"tiny_cnn" is not loaded; loaded: identity [1]',
                           client[first_missing][1])
         self.assertEqual(self.floats(self.identity()), [1.0, 2.0, 3.0, 4.0])
+        # The unloaded version's state series goes once it has drained.
+        wait_for("tiny_cnn's model_state series removed",
+                 lambda: self.metric("metalserve_model_state", model="tiny_cnn") is None,
+                 time.monotonic() + 30)
+        self.assertEqual(self.metric("metalserve_model_state", model="identity", version="1",
+                                     state="READY"), 1.0)
 
     def test_failed_load_names_the_file_and_keeps_the_old_version(self):
         self.add_version("identity", 2, data=b"not a TorchScript archive")
@@ -219,6 +237,12 @@ class Repository(unittest.TestCase):
         states = {(m.name, m.version): m.state for m in index.models}
         self.assertEqual(states[("identity", "1")], "READY")
         self.assertEqual(states[("identity", "2")], "UNAVAILABLE")
+        self.assertEqual(self.metric("metalserve_model_state", model="identity", version="2",
+                                     state="UNAVAILABLE"), 1.0)
+        self.assertEqual(self.metric("metalserve_model_loads_total", model="identity",
+                                     outcome="failed"), 1.0)
+        self.assertEqual(self.metric("metalserve_model_loads_total", model="identity",
+                                     outcome="ok"), 1.0)
 
     def test_bad_requests_name_the_value_and_what_is_loaded(self):
         for model, version in (("nope", ""), ("identity", "9")):
