@@ -103,6 +103,11 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
     return FinishInHandler(call, status, clock_->TimeNow());
   };
 
+  // With one model only (--model), a full queue refuses before the body is
+  // parsed; otherwise after the model name is read (below).
+  if (const ServableHandle sole = models_->SoleModel()) {
+    if (absl::Status s = CheckQueueRoom(ServableOf(sole).batcher()); !s.ok()) return fail(s);
+  }
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
   grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
   // The tensor bytes stay in gRPC's slices (sliced_request.h); a body the

@@ -31,8 +31,9 @@
 namespace metalserve {
 
 // Predict takes its body as raw bytes (see raw_call.h): a full queue is
-// refused before the tensors are decoded (the model name is read first, to
-// know whose queue), and a body that does not parse is answered
+// refused before the body is parsed when the server has one model
+// (--model), otherwise before the tensors are decoded (the model name is
+// read first, to know whose queue); a body that does not parse is answered
 // INVALID_ARGUMENT and counted like any other bad request.
 class InferenceService final
     : public metalserve::v1::Inference::WithRawCallbackMethod_Predict<

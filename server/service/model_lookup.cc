@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -68,6 +69,9 @@ absl::StatusOr<ServableHandle> LookUpModel(const ModelLookup& lookup, absl::stri
   absl::StatusOr<ServableHandle> h = lookup.Get(model, version);
   if (h.ok() || h.status().code() != absl::StatusCode::kNotFound) return h;
   absl::string_view message = h.status().message();
+  if (absl::StartsWith(message, "version ") || absl::StrContains(message, "no ready version")) {
+    return h;
+  }
   absl::ConsumePrefix(&message, "model ");  // the manager's: model "x" is not loaded
   return absl::NotFoundError(absl::StrCat(field, " ", message));
 }

@@ -39,6 +39,11 @@ class ModelLookup {
                                              absl::string_view version) const = 0;
   // Every version served now, by model then version.
   virtual std::vector<ServableHandle> Served() const = 0;
+  // The model when this lookup can only ever serve one (--model), at no
+  // lookup cost, so that a full queue is refused before a body is parsed;
+  // empty otherwise (a repository's request is read up to its model name
+  // first).
+  virtual ServableHandle SoleModel() const { return {}; }
 };
 
 // The ModelServable of a handle from a ModelLookup (never null for those).
@@ -48,8 +53,9 @@ inline ModelServable& ServableOf(const ServableHandle& handle) {
   return *handle.As<ModelServable>();
 }
 
-// lookup.Get(model, version), its NotFound message starting with `field`
-// (the request field that named the model, e.g. "model_name").
+// lookup.Get(model, version); a NotFound for the model's name starts with
+// `field` (the request field that named it, e.g. "model_name"), one for its
+// version does not (the same text on every front end).
 absl::StatusOr<ServableHandle> LookUpModel(const ModelLookup& lookup, absl::string_view field,
                                            absl::string_view model, absl::string_view version);
 
@@ -66,6 +72,7 @@ class SingleModelLookup final : public ModelLookup {
   absl::StatusOr<ServableHandle> Get(absl::string_view model,
                                      absl::string_view version) const override;
   std::vector<ServableHandle> Served() const override { return {handle_}; }
+  ServableHandle SoleModel() const override { return handle_; }
 
  private:
   ServableHandle handle_;
