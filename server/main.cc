@@ -1,14 +1,11 @@
-// metalserve: serves one TorchScript model over gRPC behind a dynamic batcher.
-// Only this file reads flags; modules take validated Options structs.
+// metalserve: serves TorchScript models (--model, or a --model_repository) over
+// gRPC and REST behind dynamic batchers. Only this file reads flags; modules
+// take validated Options structs.
 #include <algorithm>
 #include <csignal>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +25,7 @@
 #include "server/flag_lists.h"
 #include "server/metrics/metrics.h"
 #include "server/model_loading.h"
+#include "server/process_setup.h"
 #include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
@@ -167,6 +165,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 namespace {
 
 using metalserve::ParseDurations;
+using metalserve::DumpMetrics;
+using metalserve::KeepLargeBlocksInHeap;
+using metalserve::LogModel;
 using metalserve::ParseSizes;
 
 // Set by the handlers, read by the main thread's polling loops (every 20 ms).
@@ -181,35 +182,6 @@ void OnSignal(int sig) {
 }
 void OnDump(int) { g_dump = 1; }
 constexpr absl::Duration kSignalPoll = absl::Milliseconds(20);
-
-void DumpMetrics(const metalserve::Metrics& metrics, const std::string& path) {
-  if (path.empty()) return;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << metrics.Scrape();
-    if (!f) {
-      LOG(ERROR) << "--metrics_dump: cannot write " << tmp;
-      return;
-    }
-  }
-  std::rename(tmp.c_str(), path.c_str());
-}
-
-// Keeps large freed blocks in the heap for the next request. glibc serves
-// blocks over 128 KiB with mmap and gives them back with munmap, so each
-// request's large buffers (a 602 KB image's bytes, parsed out of gRPC's
-// slices) were fresh pages that the kernel faulted in and zeroed: page
-// faults were the largest item of the server's profile (issue 20). With the
-// thresholds raised, blocks up to 32 MiB come from the heap and are reused;
-// the cost is that up to 256 MiB freed at the heap's top stays resident. An
-// operator's MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ wins.
-void KeepLargeBlocksInHeap() {
-#ifdef __GLIBC__
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) mallopt(M_TRIM_THRESHOLD, 256 << 20);
-#endif
-}
 
 // The scheduling policy's flags: --batching, --max_request_rows,
 // --latency_target, priorities.
@@ -456,13 +428,6 @@ void LogStart(const std::string& version, const metalserve::RuntimeOptions& ro,
             << " access_log=" << absl::GetFlag(FLAGS_access_log);
 }
 
-void LogModel(const metalserve::ModelInfo& info) {
-  LOG(INFO) << "model " << info.name << " v" << info.version << " on " << info.device
-            << " (torch " << info.torch_version << ", " << info.precision
-            << ", optimize=" << info.optimization << ": " << info.optimization_reason
-            << "), loaded in " << absl::FormatDuration(info.load_time)
-            << ", warmed up in " << absl::FormatDuration(info.warmup_time);
-}
 
 // --model_repository: every model of the folder loaded (exits 1 when the
 // folder cannot be read; a model that fails is logged and the others serve).
@@ -489,7 +454,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves one TorchScript model over gRPC (metalserve.v1.Inference, health, "
       "reflection) behind a dynamic batcher, with Prometheus metrics.\n"
-      "Usage: metalserve [--model=path.pt] [--address=127.0.0.1:8500] ...");
+      "Usage: metalserve [--model=path.pt | --model_repository=DIR] "
+      "[--address=127.0.0.1:8500] ...");
   metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "server/main.cc");
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
