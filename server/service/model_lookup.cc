@@ -36,10 +36,10 @@ absl::StatusOr<ServableHandle> SingleModelLookup::Get(absl::string_view model,
 
 absl::StatusOr<ServableHandle> ManagerLookup::Get(absl::string_view model,
                                                   absl::string_view version) const {
-  if (model.empty()) {
+  if (model.empty()) {  // the only model served, if there is one
     std::vector<ServableHandle> served = Served();
-    if (served.size() == 1) return served.front();
-    return manager_->Get("", "");  // NotFound listing what is loaded
+    if (served.size() == 1) return manager_->Get(served.front().id().model, version);
+    return manager_->Get("", version);  // NotFound listing what is loaded
   }
   return manager_->Get(model, version);
 }

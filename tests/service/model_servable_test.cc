@@ -120,6 +120,22 @@ TEST_F(ModelServableTest, EachModelAnswersUnderItsOwnNameAndVersion) {
   EXPECT_THAT(s.error_message(), HasSubstr("loaded: a [1], b [1]"));
 }
 
+TEST_F(ModelServableTest, WithOneModelLeftAnEmptyNameMeansItButAVersionStillCounts) {
+  ASSERT_TRUE(manager_->Unload("b").ok());
+  v1::GetModelMetadataRequest req;
+  v1::GetModelMetadataResponse meta;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->GetModelMetadata(&ctx, req, &meta).ok());
+    EXPECT_EQ(meta.model_name(), "a");
+  }
+  req.set_model_version("7");
+  grpc::ClientContext ctx;
+  const grpc::Status s = stub_->GetModelMetadata(&ctx, req, &meta);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("\"a\" has no ready version \"7\"; ready: [1]"));
+}
+
 TEST_F(ModelServableTest, RequestAdmittedBeforeUnloadFinishesOnItsVersion) {
   fake_.CloseGate();
   v1::PredictResponse first;
