@@ -1,14 +1,11 @@
-// metalserve: serves one TorchScript model over gRPC behind a dynamic batcher.
-// Only this file reads flags; modules take validated Options structs.
+// metalserve: serves TorchScript models (--model, or a --model_repository) over
+// gRPC and REST behind dynamic batchers. Only this file reads flags; modules
+// take validated Options structs.
 #include <algorithm>
 #include <csignal>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +24,8 @@
 #include "common/flags_help.h"
 #include "server/flag_lists.h"
 #include "server/metrics/metrics.h"
+#include "server/model_loading.h"
+#include "server/process_setup.h"
 #include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
@@ -40,6 +39,14 @@ ABSL_FLAG(std::string, model, METALSERVE_DEFAULT_MODEL,
           "(without one, see --input_shape). null:<signature.json> serves zeros of "
           "the signature's outputs with no model work, to measure the transport "
           "floor (docs/performance.md)");
+ABSL_FLAG(std::string, model_repository, "",
+          "Model repository folder DIR/<model>/<version>/model.pt with DIR/<model>/config.json "
+          "(docs/repository.md); when set, --model is not used. Default empty: serve --model");
+ABSL_FLAG(std::string, model_control, "none",
+          "With --model_repository: none (SIGHUP rescans), explicit (also the KServe "
+          "RepositoryModelLoad/Unload RPCs) or poll (rescan every --repository_poll_interval)");
+ABSL_FLAG(absl::Duration, repository_poll_interval, absl::Seconds(15),
+          "With --model_control=poll: time from one rescan's end to the next. Default 15s");
 ABSL_FLAG(std::string, input_shape, "",
           "Only for a model without a signature .json: each input's shape after the "
           "batch dimension, by forward's argument name, all inputs in this one flag with "
@@ -166,47 +173,23 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 namespace {
 
 using metalserve::ParseDurations;
+using metalserve::DumpMetrics;
+using metalserve::KeepLargeBlocksInHeap;
+using metalserve::LogModel;
 using metalserve::ParseSizes;
 
 // Set by the handlers, read by the main thread's polling loops (every 20 ms).
 volatile std::sig_atomic_t g_signal = 0;        // last SIGTERM/SIGINT
 volatile std::sig_atomic_t g_signal_count = 0;  // how many so far
 volatile std::sig_atomic_t g_dump = 0;          // SIGUSR1 seen
+volatile std::sig_atomic_t g_rescan = 0;        // SIGHUP seen
+void OnRescan(int) { g_rescan = 1; }
 void OnSignal(int sig) {
   g_signal = sig;
   g_signal_count = g_signal_count + 1;
 }
 void OnDump(int) { g_dump = 1; }
 constexpr absl::Duration kSignalPoll = absl::Milliseconds(20);
-
-void DumpMetrics(const metalserve::Metrics& metrics, const std::string& path) {
-  if (path.empty()) return;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << metrics.Scrape();
-    if (!f) {
-      LOG(ERROR) << "--metrics_dump: cannot write " << tmp;
-      return;
-    }
-  }
-  std::rename(tmp.c_str(), path.c_str());
-}
-
-// Keeps large freed blocks in the heap for the next request. glibc serves
-// blocks over 128 KiB with mmap and gives them back with munmap, so each
-// request's large buffers (a 602 KB image's bytes, parsed out of gRPC's
-// slices) were fresh pages that the kernel faulted in and zeroed: page
-// faults were the largest item of the server's profile (issue 20). With the
-// thresholds raised, blocks up to 32 MiB come from the heap and are reused;
-// the cost is that up to 256 MiB freed at the heap's top stays resident. An
-// operator's MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ wins.
-void KeepLargeBlocksInHeap() {
-#ifdef __GLIBC__
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) mallopt(M_TRIM_THRESHOLD, 256 << 20);
-#endif
-}
 
 // The scheduling policy's flags: --batching, --max_request_rows,
 // --latency_target, priorities.
@@ -235,6 +218,7 @@ void InstallSignalHandlers() {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGUSR1, OnDump);
+  std::signal(SIGHUP, OnRescan);
 }
 
 // Loads the model on a helper thread while this one watches for signals. A
@@ -295,13 +279,23 @@ std::unique_ptr<metalserve::Runner> RunnerOrExit(const metalserve::RuntimeOption
   return *std::move(runner);
 }
 
-// Serves until SIGTERM/SIGINT, writing the metrics dump on each SIGUSR1.
-void ServeUntilSignal(const metalserve::Metrics& metrics, const std::string& dump_path) {
+// Serves until SIGTERM/SIGINT, writing the metrics dump on each SIGUSR1 and
+// rescanning the repository (if any) on each SIGHUP, on its own thread.
+void ServeUntilSignal(const metalserve::Metrics& metrics, const std::string& dump_path,
+                      metalserve::Rescanner* rescanner) {
   while (g_signal == 0) {
     absl::SleepFor(kSignalPoll);
     if (g_dump != 0) {
       g_dump = 0;
       DumpMetrics(metrics, dump_path);
+    }
+    if (g_rescan != 0) {
+      g_rescan = 0;
+      if (rescanner != nullptr) {
+        rescanner->Request();
+      } else {
+        LOG(INFO) << "SIGHUP ignored: no --model_repository to rescan";
+      }
     }
   }
 }
@@ -447,12 +441,24 @@ void LogStart(const std::string& version, const metalserve::RuntimeOptions& ro,
             << " access_log=" << absl::GetFlag(FLAGS_access_log);
 }
 
-void LogModel(const metalserve::ModelInfo& info) {
-  LOG(INFO) << "model " << info.name << " v" << info.version << " on " << info.device
-            << " (torch " << info.torch_version << ", " << info.precision
-            << ", optimize=" << info.optimization << ": " << info.optimization_reason
-            << "), loaded in " << absl::FormatDuration(info.load_time)
-            << ", warmed up in " << absl::FormatDuration(info.warmup_time);
+
+// --model_repository: every model of the folder loaded (exits 1 when the
+// folder cannot be read; a model that fails is logged and the others serve).
+std::unique_ptr<metalserve::RepositoryServing> RepositoryOrExit(
+    const metalserve::ServerOptions& so, const metalserve::RuntimeOptions& ro,
+    metalserve::Metrics* metrics) {
+  metalserve::ModelRepository::Options o;
+  o.root = absl::GetFlag(FLAGS_model_repository);
+  o.control = OrDie(metalserve::ParseModelControl(absl::GetFlag(FLAGS_model_control)),
+                    "--model_control");
+  o.poll_interval = absl::GetFlag(FLAGS_repository_poll_interval);
+  o.on_states = metalserve::ModelStatesToMetrics(metrics);
+  metalserve::ModelServableFactory::Options f{.batching = so.batching,
+                                              .device_concurrency = so.device_concurrency,
+                                              .metrics = metrics};
+  auto r = OrDie(metalserve::StartRepository(o, std::move(f), ro), "--model_repository");
+  metrics->SetBuildInfo(METALSERVE_VERSION, "", ro.device, o.root);
+  return r;
 }
 
 }  // namespace
@@ -461,7 +467,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves one TorchScript model over gRPC (metalserve.v1.Inference, health, "
       "reflection) behind a dynamic batcher, with Prometheus metrics.\n"
-      "Usage: metalserve [--model=path.pt] [--address=127.0.0.1:8500] ...");
+      "Usage: metalserve [--model=path.pt | --model_repository=DIR] "
+      "[--address=127.0.0.1:8500] ...");
   metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "server/main.cc");
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
@@ -478,19 +485,29 @@ int main(int argc, char** argv) {
   const metalserve::RuntimeOptions ro = RuntimeOptionsFromFlags(so.batching, metrics.get());
   LogStart(version, ro, so, mo);
 
-  auto runner = RunnerOrExit(ro, *metrics, dump_path);
-  const metalserve::ModelInfo& info = runner->info();
-  metrics->SetModelTimes(info.load_time, info.warmup_time);
-  metrics->SetBuildInfo(version, info.torch_version, info.device, info.name);
-  LogModel(info);
-
-  auto server =
-      OrDie(metalserve::InferenceServer::Start(so, runner.get(), metrics.get()), "server");
+  std::unique_ptr<metalserve::RepositoryServing> repository;
+  std::unique_ptr<metalserve::Runner> runner;
+  std::unique_ptr<metalserve::InferenceServer> server;
+  if (!absl::GetFlag(FLAGS_model_repository).empty()) {
+    repository = RepositoryOrExit(so, ro, metrics.get());
+    server = OrDie(metalserve::InferenceServer::Start(so, repository->lookup.get(),
+                                                      repository->repository.get(),
+                                                      metrics.get()),
+                   "server");
+  } else {
+    runner = RunnerOrExit(ro, *metrics, dump_path);
+    const metalserve::ModelInfo& info = runner->info();
+    metrics->SetModelTimes(info.load_time, info.warmup_time);
+    metrics->SetBuildInfo(version, info.torch_version, info.device, info.name);
+    LogModel(info);
+    server = OrDie(metalserve::InferenceServer::Start(so, runner.get(), metrics.get()), "server");
+  }
   LOG(INFO) << "ready: gRPC on " << so.address << ", REST on "
             << (so.http.address.empty() ? "(off)" : so.http.address) << ", metrics on "
             << (metrics->port() > 0 ? absl::StrCat("port ", metrics->port()) : "(off)");
 
-  ServeUntilSignal(*metrics, dump_path);
+  ServeUntilSignal(*metrics, dump_path,
+                   repository != nullptr ? repository->rescanner.get() : nullptr);
   LOG(INFO) << "signal " << g_signal << ": health NOT_SERVING, draining";
   server->SetServing(false);
   DrainGrace(absl::GetFlag(FLAGS_drain_grace));

@@ -119,6 +119,11 @@ class MetricsImpl final : public Metrics {
                     absl::string_view device,
                     absl::string_view model) override;
   void SetReady(bool ready) override;
+  void SetModelStates(const std::vector<ModelState>& states) override;
+  void ModelLoadFinished(absl::string_view model, bool ok) override {
+    model_loads_.Add({{"model", std::string(model)}, {"outcome", ok ? "ok" : "failed"}})
+        .Increment();
+  }
   MonitorSnapshot Monitor() const override { return monitor_.Snapshot(); }
 
  private:
@@ -148,6 +153,8 @@ class MetricsImpl final : public Metrics {
   // existing child under the family's own lock).
   Family<prometheus::Counter>& priority_requests_;
   Family<prometheus::Histogram>& priority_duration_;
+  Family<Gauge>& model_state_;
+  Family<prometheus::Counter>& model_loads_;
 
   // Guards the series that come and go: memory figures and build info.
   absl::Mutex slow_mu_;
@@ -156,6 +163,7 @@ class MetricsImpl final : public Metrics {
   Gauge* limit_ ABSL_GUARDED_BY(slow_mu_) = nullptr;
   Gauge* resident_ ABSL_GUARDED_BY(slow_mu_) = nullptr;
   Gauge* build_info_ ABSL_GUARDED_BY(slow_mu_) = nullptr;
+  std::vector<Gauge*> model_states_ ABSL_GUARDED_BY(slow_mu_);
 
   absl::Mutex log_mu_;
   bool stop_ ABSL_GUARDED_BY(log_mu_) = false;
@@ -184,7 +192,16 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
                              .Name("metalserve_priority_request_duration_seconds")
                              .Help("Latency of admitted inference requests by priority "
                                    "level.")
-                             .Register(*registry_)) {}
+                             .Register(*registry_)),
+      model_state_(prometheus::BuildGauge()
+                       .Name("metalserve_model_state")
+                       .Help("1 for each model version the repository knows, labelled by its "
+                             "state: READY, LOADING, UNLOADING or UNAVAILABLE.")
+                       .Register(*registry_)),
+      model_loads_(prometheus::BuildCounter()
+                       .Name("metalserve_model_loads_total")
+                       .Help("Model version loads, by model and outcome (ok, failed).")
+                       .Register(*registry_)) {}
 
 MetricsImpl::~MetricsImpl() {
   listener_.reset();
@@ -314,6 +331,18 @@ void MetricsImpl::SetBuildInfo(absl::string_view version,
 }
 
 void MetricsImpl::SetReady(bool ready) { server_.ready.Set(ready ? 1 : 0); }
+
+void MetricsImpl::SetModelStates(const std::vector<ModelState>& states) {
+  absl::MutexLock lock(&slow_mu_);
+  for (Gauge* g : model_states_) model_state_.Remove(g);
+  model_states_.clear();
+  for (const ModelState& m : states) {
+    Gauge& g = model_state_.Add(
+        {{"model", m.model}, {"version", m.version}, {"state", m.state}});
+    g.Set(1);
+    model_states_.push_back(&g);
+  }
+}
 
 bool MetricsImpl::WaitForLogTime(absl::Time t) {
   absl::MutexLock lock(&log_mu_);

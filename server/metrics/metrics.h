@@ -27,6 +27,11 @@
 //   device_forward_seconds{device,batch_size}  gauge: --device=auto's
 //                                          measured forward per device/size
 //   build_info{version,torch_version,device,model}  gauge = 1
+//   model_state{model,version,state}       gauge = 1 per version the model
+//                                          manager knows (READY, LOADING,
+//                                          UNLOADING, UNAVAILABLE); removed
+//                                          when it forgets the version
+//   model_loads_total{model,outcome}       counter: ok | failed, per version
 //   ready                                  gauge 0/1
 //   monitor_latency_p50_seconds, monitor_latency_p95_seconds,
 //   monitor_latency_mean_seconds, monitor_error_ratio (server errors),
@@ -56,6 +61,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -177,6 +183,19 @@ class Metrics {
                             absl::string_view device,
                             absl::string_view model) = 0;
   virtual void SetReady(bool ready) = 0;
+
+  // The model repository (docs/repository.md). `states`: every version the
+  // model manager knows now; model_state is 1 for each (model, version,
+  // state) and the series of versions no longer listed are removed, so the
+  // cardinality is bounded by what is loaded. Default: nothing (fakes).
+  struct ModelState {
+    std::string model;
+    std::string version;
+    std::string state;
+  };
+  virtual void SetModelStates(const std::vector<ModelState>& /*states*/) {}
+  // One version's load ended, `ok` or failed: model_loads_total.
+  virtual void ModelLoadFinished(absl::string_view /*model*/, bool /*ok*/) {}
 
   virtual MonitorSnapshot Monitor() const = 0;
 };

@@ -103,9 +103,12 @@ void ModelManager::ReleaseLoop() {
     const std::string released = next.second->id.ToString();
     delete next.second;  // the servable's destructor: no lock held
     LOG(INFO) << "released " << released;
-    absl::MutexLock lock(&mu_);
-    instances_.erase(next.first);
-    --live_;
+    {
+      absl::MutexLock lock(&mu_);
+      instances_.erase(next.first);
+      --live_;
+    }
+    NotifyStates();
   }
 }
 
@@ -142,7 +145,23 @@ absl::Status ModelManager::LoadOne(const std::string& model,
   return absl::OkStatus();
 }
 
+void ModelManager::NotifyStates() const {
+  if (options_.on_states) options_.on_states(States());
+}
+
 absl::Status ModelManager::Load(const ModelEntry& entry, bool reload_ready) {
+  absl::Status s = LoadAndSwitch(entry, reload_ready);
+  NotifyStates();
+  return s;
+}
+
+absl::Status ModelManager::Unload(absl::string_view model) {
+  absl::Status s = UnloadServed(model);
+  NotifyStates();
+  return s;
+}
+
+absl::Status ModelManager::LoadAndSwitch(const ModelEntry& entry, bool reload_ready) {
   if (!entry.status.ok()) return entry.status;
   if (entry.selected.empty()) {
     return absl::InvalidArgumentError(
@@ -219,7 +238,7 @@ absl::Status ModelManager::Abandon(const std::string& model, const absl::Status&
   return status;
 }
 
-absl::Status ModelManager::Unload(absl::string_view model) {
+absl::Status ModelManager::UnloadServed(absl::string_view model) {
   absl::MutexLock control(&control_mu_);
   std::vector<ServableHandle> released;  // dropped after mu_ is unlocked
   absl::MutexLock lock(&mu_);

@@ -46,6 +46,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -78,6 +79,10 @@ class ModelManager {
   struct Options {
     // Loads versions. Required; not owned; must outlive the manager.
     ServableFactory* factory = nullptr;
+    // Optional: told States() after every change (a load or unload ended, a
+    // drained version was freed), on the thread that made it, with no lock
+    // held. For the model_state metric; must be quick.
+    std::function<void(const std::vector<VersionStatus>&)> on_states;
   };
 
   // InvalidArgument without a factory. Starts the release thread.
@@ -125,6 +130,9 @@ class ModelManager {
   };
 
   explicit ModelManager(const Options& options);
+  absl::Status LoadAndSwitch(const ModelEntry& entry, bool reload_ready);
+  absl::Status UnloadServed(absl::string_view model);
+  void NotifyStates() const;
 
   // Records a LOADING instance for each version of entry.selected to load.
   std::vector<Loaded> StartLoading(const ModelEntry& entry, bool reload_ready);

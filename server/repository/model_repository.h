@@ -31,6 +31,7 @@
 #ifndef METALSERVE_SERVER_REPOSITORY_MODEL_REPOSITORY_H_
 #define METALSERVE_SERVER_REPOSITORY_MODEL_REPOSITORY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -80,6 +81,8 @@ class ModelRepository {
     ServableFactory* factory = nullptr;
     // The poller's clock; nullptr: the real clock. Not owned.
     Clock* clock = nullptr;
+    // Passed to the manager (ModelManager::Options::on_states).
+    std::function<void(const std::vector<VersionStatus>&)> on_states;
   };
 
   // InvalidArgument naming the field for a missing root or factory or a

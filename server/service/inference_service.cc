@@ -33,14 +33,14 @@ class PredictTask final : public RpcInferTask {
   PredictTask(grpc::CallbackServerContext* context,
               grpc::ServerUnaryReactor* reactor,
               std::unique_ptr<SlicedPredictRequest> request, grpc::ByteBuffer* response,
-              std::vector<InputView> inputs, const Runner* runner,
+              std::vector<InputView> inputs, ServableHandle model,
               Metrics* metrics, Clock* clock, absl::Time start,
               const std::atomic<bool>* cut_off)
       : RpcInferTask(context, reactor, std::move(inputs), kPredict, metrics,
                      clock, start, cut_off),
         request_(std::move(request)),
         response_bytes_(response),
-        runner_(runner) {}
+        model_(std::move(model)) {}
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
@@ -51,7 +51,7 @@ class PredictTask final : public RpcInferTask {
       Complete(outputs.status(), stats);
       return;
     }
-    const ModelInfo& info = runner_->info();
+    const ModelInfo& info = ServableOf(model_).info();
     response_.set_model_name(info.name);
     response_.set_model_version(info.version);
     response_.set_device(info.device);
@@ -69,18 +69,17 @@ class PredictTask final : public RpcInferTask {
   const std::unique_ptr<SlicedPredictRequest> request_;  // the inputs' bytes
   grpc::ByteBuffer* const response_bytes_;
   PredictResponse response_;  // serialised into response_bytes_ in Finish
-  const Runner* const runner_;
+  const ServableHandle model_;  // released when the task is destroyed
 };
 
 }  // namespace
 
-InferenceService::InferenceService(Runner* runner, Batcher* batcher,
+InferenceService::InferenceService(const ModelLookup* models,
                                    Metrics* metrics, Clock* clock,
                                    std::string server_version,
                                    AccessLog* access_log,
                                    int64_t max_held_request_bytes)
-    : runner_(runner),
-      batcher_(batcher),
+    : models_(models),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
       server_version_(std::move(server_version)),
@@ -93,15 +92,23 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kPredict);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const UnaryCall call{.context = context, .reactor = reactor, .method = kPredict,
-                       .metrics = metrics_, .access_log = access_log_,
-                       .model = &runner_->info(), .start = start};
+  UnaryCall call{.context = context, .reactor = reactor, .method = kPredict,
+                 .metrics = metrics_, .start = start};
+  ServableHandle logged;  // the model a refusal is logged under
   auto fail = [&](const absl::Status& status) {
+    if (access_log_ != nullptr && call.model == nullptr) {
+      logged = OnlyModel(*models_);
+      call.access_log = access_log_;
+      call.model = logged ? &ServableOf(logged).info() : &NoModelInfo();
+    }
     return FinishInHandler(call, status, clock_->TimeNow());
   };
 
-  // A full queue refuses before the body is parsed or its tensors decoded.
-  if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
+  // With one model only (--model), a full queue refuses before the body is
+  // parsed; otherwise after the model name is read (below).
+  if (const ServableHandle sole = models_->SoleModel()) {
+    if (absl::Status s = CheckQueueRoom(ServableOf(sole).batcher()); !s.ok()) return fail(s);
+  }
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
   grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
   if (absl::Status s = InflateRequestBody(bytes, max_request_bytes_); !s.ok()) return fail(s);
@@ -115,23 +122,29 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
     request = std::make_unique<SlicedPredictRequest>();
     if (absl::Status s = ParseRequestBody(bytes, &request->skeleton); !s.ok()) return fail(s);
   }
-  const ModelInfo& info = runner_->info();
-  if (absl::Status s = CheckModelName("model_name", request->skeleton.model_name(), info);
-      !s.ok()) {
-    return fail(s);
-  }
+  // The handle is taken here and kept by the task until it is answered.
+  absl::StatusOr<ServableHandle> model =
+      LookUpModel(*models_, "model_name", request->skeleton.model_name(),
+                  request->skeleton.model_version());
+  if (!model.ok()) return fail(model.status());
+  ModelServable& servable = ServableOf(*model);
+  const ModelInfo& info = servable.info();
+  call.access_log = access_log_;
+  call.model = &info;
+  // A full queue refuses before the tensors are decoded.
+  if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
   absl::StatusOr<std::vector<InputView>> inputs =
       ValidateInputs(DecodeInputs(*request), info.inputs);
   if (!inputs.ok()) return fail(inputs.status());
 
   const int predict_priority = request->skeleton.priority();
   auto predict = std::make_unique<PredictTask>(
-      context, reactor, std::move(request), response, *std::move(inputs), runner_,
+      context, reactor, std::move(request), response, *std::move(inputs), *model,
       metrics_, clock_, start, &cut_off_);
   predict->set_access_log(access_log_, &info);
   predict->set_priority(predict_priority);
   std::unique_ptr<BatchTask> task = std::move(predict);
-  absl::Status admitted = batcher_->Submit(&task);
+  absl::Status admitted = servable.batcher().Submit(&task);
   if (!admitted.ok()) return fail(admitted);
   return reactor;
 }
@@ -142,9 +155,12 @@ grpc::ServerUnaryReactor* InferenceService::GetModelMetadata(
   constexpr absl::string_view kMethod = "GetModelMetadata";
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kMethod);
-  const ModelInfo& info = runner_->info();
-  const absl::Status status = CheckModelName("model_name", request->model_name(), info);
+  absl::StatusOr<ServableHandle> model =
+      LookUpModel(*models_, "model_name", request->model_name(), request->model_version());
+  const absl::Status status = model.status();
   if (status.ok()) {
+    ModelServable& servable = ServableOf(*model);
+    const ModelInfo& info = servable.info();
     response->set_model_name(info.name);
     response->set_model_version(info.version);
     response->set_device(info.device);
@@ -155,7 +171,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelMetadata(
     };
     for (const auto& s : info.inputs) add(s, response->add_inputs());
     for (const auto& s : info.outputs) add(s, response->add_outputs());
-    const BatcherOptions& b = batcher_->options();
+    const BatcherOptions& b = servable.batcher().options();
     response->set_max_batch_size(b.max_batch_size);
     for (int64_t s : b.allowed_batch_sizes) response->add_allowed_batch_sizes(s);
     response->set_max_queue_delay_us(absl::ToInt64Microseconds(b.max_queue_delay));

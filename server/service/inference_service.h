@@ -1,15 +1,18 @@
 // The native metalserve.v1.Inference gRPC service (callback API).
 //
-// Predict validates the request against the model's signature, wraps it in a
-// task and submits it to the batcher; the handler returns at once and the
-// executor thread finishes the RPC. Errors: INVALID_ARGUMENT for bad input
-// (naming the field and value), NOT_FOUND for another model's name,
+// Predict looks the model version up (model_name, model_version; a
+// ModelLookup, model_lookup.h) and takes a handle to it, validates the
+// request against that version's signature, wraps both in a task and submits
+// it to that version's batcher; the handler returns at once and the executor
+// thread finishes the RPC (the task releases the handle when it is
+// destroyed). Errors: INVALID_ARGUMENT for bad input (naming the field and
+// value), NOT_FOUND for a model or version not served (listing what is),
 // UNAVAILABLE when the queue is full or the server drains, DEADLINE_EXCEEDED
 // when the deadline passes in the queue, INTERNAL when the model throws,
 // RESOURCE_EXHAUSTED when a request alone does not fit on the device.
 //
-// Ownership: does not own the runner, batcher or metrics; they must outlive
-// the gRPC server the service is registered with. Thread-safety: the
+// Ownership: does not own the lookup or metrics; they must outlive the gRPC
+// server the service is registered with. Thread-safety: the
 // handlers are called concurrently by gRPC.
 #ifndef METALSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
 #define METALSERVE_SERVER_SERVICE_INFERENCE_SERVICE_H_
@@ -19,18 +22,19 @@
 #include <string>
 
 #include "metalserve/v1/inference.grpc.pb.h"
-#include "server/batcher/batcher.h"
 #include "common/clock.h"
 #include "server/metrics/metrics.h"
-#include "server/runtime/runner.h"
 #include "server/service/access_log.h"
+#include "server/service/model_lookup.h"
 #include "server/service/sliced_request.h"
 
 namespace metalserve {
 
 // Predict takes its body as raw bytes (see raw_call.h): a full queue is
-// refused before the body is parsed, and a body that does not parse is
-// answered INVALID_ARGUMENT and counted like any other bad request.
+// refused before the body is parsed when the server has one model
+// (--model), otherwise before the tensors are decoded (the model name is
+// read first, to know whose queue); a body that does not parse is answered
+// INVALID_ARGUMENT and counted like any other bad request.
 class InferenceService final
     : public metalserve::v1::Inference::WithRawCallbackMethod_Predict<
           metalserve::v1::Inference::WithCallbackMethod_GetModelMetadata<
@@ -39,7 +43,7 @@ class InferenceService final
   // `metrics` and `access_log` may be null. Requests' tensor bytes are read
   // in place from gRPC's slices while the queued requests hold at most
   // `max_held_request_bytes` that way (0: never; sliced_request.h).
-  InferenceService(Runner* runner, Batcher* batcher, Metrics* metrics,
+  InferenceService(const ModelLookup* models, Metrics* metrics,
                    Clock* clock, std::string server_version,
                    AccessLog* access_log = nullptr,
                    int64_t max_held_request_bytes = 0);
@@ -61,8 +65,7 @@ class InferenceService final
       metalserve::v1::GetModelMetadataResponse* response) override;
 
  private:
-  Runner* const runner_;
-  Batcher* const batcher_;
+  const ModelLookup* const models_;
   Metrics* const metrics_;
   Clock* const clock_;
   const std::string server_version_;

@@ -38,8 +38,8 @@ class KServeTask final : public RpcInferTask {
   KServeTask(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
              std::unique_ptr<ModelInferRequest> request, grpc::ByteBuffer* response,
              std::vector<std::string> storage, std::vector<InputView> inputs,
-             std::vector<size_t> outputs, const Runner* runner, Metrics* metrics,
-             KServeStatistics* stats, Clock* clock, absl::Time start,
+             std::vector<size_t> outputs, ServableHandle model, Metrics* metrics,
+             Clock* clock, absl::Time start,
              const std::atomic<bool>* cut_off)
       : RpcInferTask(context, reactor, std::move(inputs), kModelInfer, metrics,
                      clock, start, cut_off),
@@ -47,8 +47,8 @@ class KServeTask final : public RpcInferTask {
         response_bytes_(response),
         storage_(std::move(storage)),
         outputs_(std::move(outputs)),
-        runner_(runner),
-        stats_(stats) {}
+        model_(std::move(model)),
+        stats_(&ServableOf(model_).kserve_statistics()) {}
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
@@ -56,7 +56,7 @@ class KServeTask final : public RpcInferTask {
       Complete(outputs.status(), stats);
       return;
     }
-    const ModelInfo& info = runner_->info();
+    const ModelInfo& info = ServableOf(model_).info();
     response_.set_model_name(info.name);
     response_.set_model_version(info.version);
     response_.set_id(request_->id());
@@ -82,45 +82,21 @@ class KServeTask final : public RpcInferTask {
   ModelInferResponse response_;  // serialised into response_bytes_ in Finish
   const std::vector<std::string> storage_;
   const std::vector<size_t> outputs_;
-  const Runner* const runner_;
-  KServeStatistics* const stats_;
+  const ServableHandle model_;  // released when the task is destroyed
+  KServeStatistics* const stats_;  // model_'s
 };
 
 }  // namespace
 
-KServeService::KServeService(Runner* runner, Batcher* batcher, Metrics* metrics,
-                             Clock* clock, std::string server_version,
+KServeService::KServeService(const ModelLookup* models, ModelRepository* repository,
+                             Metrics* metrics, Clock* clock, std::string server_version,
                              AccessLog* access_log)
-    : runner_(runner),
-      batcher_(batcher),
+    : models_(models),
+      repository_(repository),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
       server_version_(std::move(server_version)),
       access_log_(access_log) {}
-
-absl::Status KServeService::CheckModel(absl::string_view name_field,
-                                       absl::string_view name,
-                                       absl::string_view version) const {
-  const ModelInfo& info = runner_->info();
-  RETURN_IF_ERROR(CheckModelName(name_field, name, info));
-  if (!version.empty() && version != info.version) {
-    return absl::NotFoundError(absl::StrCat(
-        "version '", ClientText(version), "' of model '", info.name,
-        "' is not served here; this server serves version '", info.version, "'"));
-  }
-  return absl::OkStatus();
-}
-
-template <typename Fill>
-grpc::ServerUnaryReactor* KServeService::Answer(grpc::CallbackServerContext* context,
-                                                absl::string_view method, Fill fill) {
-  const absl::Time start = clock_->TimeNow();
-  if (metrics_ != nullptr) metrics_->RequestStarted(method);
-  const absl::Status status = fill();
-  const UnaryCall call{.context = context, .reactor = context->DefaultReactor(),
-                       .method = method, .metrics = metrics_, .start = start};
-  return FinishInHandler(call, status, clock_->TimeNow());
-}
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
     grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
@@ -144,9 +120,10 @@ grpc::ServerUnaryReactor* KServeService::ModelReady(
     grpc::CallbackServerContext* context, const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
   return Answer(context, "ModelReady", [&] {
-    absl::Status s = CheckModel("name", request->name(), request->version());
-    if (s.ok()) response->set_ready(ready());
-    return s;
+    absl::StatusOr<ServableHandle> model =
+        LookUpModel(*models_, "name", request->name(), request->version());
+    if (model.ok()) response->set_ready(ready());
+    return model.status();
   });
 }
 
@@ -158,6 +135,7 @@ grpc::ServerUnaryReactor* KServeService::ServerMetadata(
     response->set_version(server_version_);
     response->add_extensions("model_configuration");
     response->add_extensions("statistics");
+    response->add_extensions("model_repository");
     return absl::OkStatus();
   });
 }
@@ -166,9 +144,10 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
     grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
   return Answer(context, "ModelMetadata", [&] {
-    absl::Status s = CheckModel("name", request->name(), request->version());
-    if (!s.ok()) return s;
-    const ModelInfo& info = runner_->info();
+    absl::StatusOr<ServableHandle> model =
+        LookUpModel(*models_, "name", request->name(), request->version());
+    if (!model.ok()) return model.status();
+    const ModelInfo& info = ServableOf(*model).info();
     response->set_name(info.name);
     response->add_versions(info.version);
     response->set_platform(std::string(kPlatform));
@@ -188,10 +167,12 @@ grpc::ServerUnaryReactor* KServeService::ModelConfig(
     grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
   return Answer(context, "ModelConfig", [&] {
-    absl::Status s = CheckModel("name", request->name(), request->version());
-    if (!s.ok()) return s;
+    absl::StatusOr<ServableHandle> model =
+        LookUpModel(*models_, "name", request->name(), request->version());
+    if (!model.ok()) return model.status();
+    ModelServable& servable = ServableOf(*model);
     *response->mutable_config() =
-        KServeModelConfig(runner_->info(), batcher_->options().max_batch_size);
+        KServeModelConfig(servable.info(), servable.batcher().options().max_batch_size);
     return absl::OkStatus();
   });
 }
@@ -201,9 +182,16 @@ grpc::ServerUnaryReactor* KServeService::ModelStatistics(
     const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
   return Answer(context, "ModelStatistics", [&] {
-    absl::Status s = CheckModel("name", request->name(), request->version());
-    if (!s.ok()) return s;
-    stats_.AddTo(runner_->info(), response);
+    if (request->name().empty() && request->version().empty()) {
+      for (const ServableHandle& h : models_->Served()) {
+        ServableOf(h).kserve_statistics().AddTo(ServableOf(h).info(), response);
+      }
+      return absl::OkStatus();
+    }
+    absl::StatusOr<ServableHandle> model =
+        LookUpModel(*models_, "name", request->name(), request->version());
+    if (!model.ok()) return model.status();
+    ServableOf(*model).kserve_statistics().AddTo(ServableOf(*model).info(), response);
     return absl::OkStatus();
   });
 }
@@ -214,25 +202,37 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kModelInfer);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const UnaryCall call{.context = context, .reactor = reactor, .method = kModelInfer,
-                       .metrics = metrics_, .access_log = access_log_,
-                       .model = &runner_->info(), .start = start};
+  UnaryCall call{.context = context, .reactor = reactor, .method = kModelInfer,
+                 .metrics = metrics_, .start = start};
+  ServableHandle model;  // once looked up; refusals are counted in its statistics
   auto fail = [&](const absl::Status& status) {
     const absl::Time now = clock_->TimeNow();
-    stats_.RecordFailure(now - start);
+    if (!model) model = OnlyModel(*models_);
+    if (model) ServableOf(model).kserve_statistics().RecordFailure(now - start);
+    if (access_log_ != nullptr) {
+      call.access_log = access_log_;
+      call.model = model ? &ServableOf(model).info() : &NoModelInfo();
+    }
     return FinishInHandler(call, status, now);
   };
-  // A full queue refuses before the body is parsed or its contents converted.
-  if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
+  // With one model only (--model), a full queue refuses before the body is
+  // parsed; otherwise after the model name is read (below).
+  if (const ServableHandle sole = models_->SoleModel()) {
+    if (absl::Status s = CheckQueueRoom(ServableOf(sole).batcher()); !s.ok()) return fail(s);
+  }
   auto request = std::make_unique<ModelInferRequest>();
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
   grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
   if (absl::Status s = InflateRequestBody(bytes, max_request_bytes_); !s.ok()) return fail(s);
   if (absl::Status s = ParseRequestBody(bytes, request.get()); !s.ok()) return fail(s);
-  absl::Status model = CheckModel("model_name", request->model_name(),
-                                  request->model_version());
-  if (!model.ok()) return fail(model);
-  const ModelInfo& info = runner_->info();
+  absl::StatusOr<ServableHandle> found =
+      LookUpModel(*models_, "model_name", request->model_name(), request->model_version());
+  if (!found.ok()) return fail(found.status());
+  model = *std::move(found);
+  ModelServable& servable = ServableOf(model);
+  const ModelInfo& info = servable.info();
+  // A full queue refuses before the contents are converted.
+  if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
   std::vector<std::string> storage;
   absl::StatusOr<std::vector<RawInput>> raw = DecodeKServeInputs(*request, &storage);
   if (!raw.ok()) return fail(raw.status());
@@ -245,11 +245,11 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   if (!priority.ok()) return fail(priority.status());
   auto infer = std::make_unique<KServeTask>(
       context, reactor, std::move(request), response, std::move(storage), *std::move(inputs),
-      *std::move(outputs), runner_, metrics_, &stats_, clock_, start, &cut_off_);
+      *std::move(outputs), model, metrics_, clock_, start, &cut_off_);
   infer->set_access_log(access_log_, &info);
   infer->set_priority(*priority);
   std::unique_ptr<BatchTask> task = std::move(infer);
-  absl::Status admitted = batcher_->Submit(&task);
+  absl::Status admitted = servable.batcher().Submit(&task);
   if (!admitted.ok()) return fail(admitted);
   return reactor;
 }

@@ -1,6 +1,6 @@
 // The Open Inference Protocol (KServe v2) gRPC service,
 // inference.GRPCInferenceService, beside the native API and sharing its
-// batcher, runner and metrics.
+// model lookup (model_lookup.h) and metrics.
 //
 // ModelInfer accepts raw_input_contents (one entry per input) or typed
 // `contents`, validates them against the model's signature with the same
@@ -13,14 +13,22 @@
 //
 // ServerReady and ModelReady report the readiness flag set with SetReady(),
 // which InferenceServer::SetServing drives together with grpc.health.v1.
-// ModelStatistics reports counts and cumulative times kept by this service
-// (requests of the native API are not counted there).
+// ModelStatistics reports counts and cumulative times kept per model version
+// by its servable (requests of the native API are not counted there); an
+// empty name reports every version served.
+//
+// Model repository extension (kserve_repository.cc): RepositoryIndex,
+// RepositoryModelLoad and RepositoryModelUnload call the ModelRepository's
+// Index, LoadModel and UnloadModel. Request `parameters` are refused with
+// INVALID_ARGUMENT naming them. A server started with --model (no
+// repository) lists its one model and refuses load and unload with
+// FAILED_PRECONDITION.
 //
 // The tensor decoding and encoding live in kserve_codec.h, the statistics in
 // kserve_statistics.h.
 //
-// Ownership: does not own the runner, batcher or metrics; they must outlive
-// the gRPC server the service is registered with. Owns its statistics.
+// Ownership: does not own the lookup, repository or metrics; they must
+// outlive the gRPC server the service is registered with.
 // Thread-safety: the handlers are called concurrently by gRPC; SetReady() may
 // be called from any thread. Destruction: nothing to stop; the gRPC server
 // must have been shut down first (its tasks point into the service).
@@ -33,13 +41,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/batcher/batcher.h"
 #include "common/clock.h"
 #include "common/tensor.h"
 #include "server/metrics/metrics.h"
-#include "server/runtime/runner.h"
+#include "server/repository/model_repository.h"
 #include "server/service/access_log.h"
-#include "server/service/kserve_statistics.h"
+#include "server/service/model_lookup.h"
+#include "server/service/rpc_task.h"
 
 namespace metalserve {
 
@@ -50,9 +58,9 @@ class KServeService final
     : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
           inference::GRPCInferenceService::CallbackService> {
  public:
-  // `metrics` and `access_log` may be null; `clock` null means the real
-  // clock. Starts not ready.
-  KServeService(Runner* runner, Batcher* batcher, Metrics* metrics,
+  // `repository`, `metrics` and `access_log` may be null; `clock` null means
+  // the real clock. Starts not ready.
+  KServeService(const ModelLookup* models, ModelRepository* repository, Metrics* metrics,
                 Clock* clock, std::string server_version,
                 AccessLog* access_log = nullptr);
 
@@ -95,19 +103,27 @@ class KServeService final
       grpc::CallbackServerContext* context,
       const inference::ModelStatisticsRequest* request,
       inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryIndexRequest* request,
+      inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
 
  private:
-  // OK, or NOT_FOUND naming `field` when `name`/`version` are not this
-  // server's model (empty matches).
-  absl::Status CheckModel(absl::string_view name_field, absl::string_view name,
-                          absl::string_view version) const;
   // Runs `fill` and finishes the call, with metrics for `method`.
   template <typename Fill>
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                    absl::string_view method, Fill fill);
 
-  Runner* const runner_;
-  Batcher* const batcher_;
+  const ModelLookup* const models_;
+  ModelRepository* const repository_;
   Metrics* const metrics_;
   Clock* const clock_;
   const std::string server_version_;
@@ -115,8 +131,18 @@ class KServeService final
   std::atomic<bool> ready_{false};
   std::atomic<bool> cut_off_{false};
   int64_t max_request_bytes_ = int64_t{64} << 20;
-  KServeStatistics stats_;
 };
+
+template <typename Fill>
+grpc::ServerUnaryReactor* KServeService::Answer(grpc::CallbackServerContext* context,
+                                                absl::string_view method, Fill fill) {
+  const absl::Time start = clock_->TimeNow();
+  if (metrics_ != nullptr) metrics_->RequestStarted(method);
+  const absl::Status status = fill();
+  const UnaryCall call{.context = context, .reactor = context->DefaultReactor(),
+                       .method = method, .metrics = metrics_, .start = start};
+  return FinishInHandler(call, status, clock_->TimeNow());
+}
 
 }  // namespace metalserve
 

@@ -59,7 +59,7 @@ class RestInferTask final : public InferTask {
  public:
   RestInferTask(RestServer* server, MHD_Connection* connection, RestServer::Call* call,
                 std::unique_ptr<RestInferRequest> request, std::vector<InputView> inputs,
-                std::vector<size_t> outputs, std::vector<bool> binary, const Runner* runner,
+                std::vector<size_t> outputs, std::vector<bool> binary, ServableHandle model,
                 InferRecord record, int priority, absl::Time deadline)
       : server_(server),
         connection_(connection),
@@ -69,7 +69,7 @@ class RestInferTask final : public InferTask {
         key_(BatchKeyOf(inputs_)),
         outputs_(std::move(outputs)),
         binary_(std::move(binary)),
-        runner_(runner),
+        model_(std::move(model)),
         record_(record),
         priority_(priority),
         deadline_(deadline) {}
@@ -89,8 +89,9 @@ class RestInferTask final : public InferTask {
       return;
     }
     inference::ModelInferResponse header;
-    header.set_model_name(runner_->info().name);
-    header.set_model_version(runner_->info().version);
+    const ModelInfo& info = ServableOf(model_).info();
+    header.set_model_name(info.name);
+    header.set_model_version(info.version);
     header.set_id(request_->request.id());
     SetInt64Param("queue_time_us", absl::ToInt64Microseconds(stats.queue_time), &header);
     SetInt64Param("compute_time_us", absl::ToInt64Microseconds(stats.compute_time), &header);
@@ -121,7 +122,7 @@ class RestInferTask final : public InferTask {
   const std::string key_;
   const std::vector<size_t> outputs_;
   const std::vector<bool> binary_;
-  const Runner* const runner_;
+  const ServableHandle model_;  // released when the task is destroyed
   const InferRecord record_;
   const int priority_;
   const absl::Time deadline_;
@@ -211,7 +212,12 @@ int RestServer::Infer(MHD_Connection* connection, Call* call, absl::string_view 
                       absl::string_view version) {
   call->method = kModelInfer;
   if (metrics_ != nullptr) metrics_->RequestStarted(kModelInfer);
-  const InferRecord record{metrics_, options_.access_log, &runner_->info(), clock_};
+  // The version's handle, taken here and kept by the task until it is
+  // answered; a refusal is logged under it, or under the only model served.
+  absl::StatusOr<ServableHandle> found = LookUpModel(*models_, "model name", name, version);
+  const ServableHandle model = found.ok() ? *found : OnlyModel(*models_);
+  const InferRecord record{metrics_, options_.access_log,
+                           model ? &ServableOf(model).info() : &NoModelInfo(), clock_};
   auto fail = [&](const absl::Status& s) {
     call->answered = true;
     Record(record, *call, 0, s.code(), RunStats{});
@@ -220,22 +226,29 @@ int RestServer::Infer(MHD_Connection* connection, Call* call, absl::string_view 
   if (stopping_.load()) {
     return fail(absl::UnavailableError("the server is shutting down; retry elsewhere"));
   }
-  if (absl::Status s = CheckQueueRoom(*batcher_); !s.ok()) return fail(s);
-  absl::StatusOr<Admitted> admitted =
-      Admit(connection, call->body, name, version, runner_->info(), CheckModel(name, version),
-            call->start);
+  if (!found.ok()) {
+    // The body is still decoded first: a malformed one is INVALID_ARGUMENT
+    // whatever model it names, as before the lookup existed.
+    return fail(Admit(connection, call->body, name, version, NoModelInfo(), found.status(),
+                      call->start)
+                    .status());
+  }
+  ModelServable& servable = ServableOf(model);
+  if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
+  absl::StatusOr<Admitted> admitted = Admit(connection, call->body, name, version,
+                                            servable.info(), absl::OkStatus(), call->start);
   std::string().swap(call->body);  // the request holds its own copy now
   if (!admitted.ok()) return fail(admitted.status());
   auto task = std::make_unique<RestInferTask>(
       this, connection, call, std::move(admitted->request), std::move(admitted->inputs),
-      std::move(admitted->outputs), std::move(admitted->binary), runner_, record,
+      std::move(admitted->outputs), std::move(admitted->binary), model, record,
       admitted->priority, admitted->deadline);
   // Suspended before the batcher can answer it, so that the resume follows.
   call->submitted = true;
   Suspended();
   MHD_suspend_connection(connection);
   std::unique_ptr<BatchTask> owned = std::move(task);
-  if (absl::Status s = batcher_->Submit(&owned); !s.ok()) {
+  if (absl::Status s = servable.batcher().Submit(&owned); !s.ok()) {
     static_cast<RestInferTask*>(owned.get())->Abort(s);
   }
   return MHD_YES;

@@ -148,17 +148,16 @@ MHD_Result QueueAnswer(MHD_Connection* connection, const RestAnswer& answer) {
   return result;
 }
 
-RestServer::RestServer(const RestOptions& options, Runner* runner, Batcher* batcher,
+RestServer::RestServer(const RestOptions& options, const ModelLookup* models,
                        Metrics* metrics, Clock* clock, std::function<bool()> ready)
     : options_(options),
-      runner_(runner),
-      batcher_(batcher),
+      models_(models),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
       ready_(std::move(ready)) {}
 
 absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(
-    const RestOptions& o, Runner* runner, Batcher* batcher, Metrics* metrics, Clock* clock,
+    const RestOptions& o, const ModelLookup* models, Metrics* metrics, Clock* clock,
     std::function<bool()> ready) {
   if (o.threads < 1 || o.max_connections < 1 || o.max_body_bytes < 1 ||
       o.read_timeout <= absl::ZeroDuration()) {
@@ -174,7 +173,7 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(
   absl::StatusOr<int> fd = BindListenSocket(o.address, "http", &ipv6);
   if (!fd.ok()) return fd.status();
   std::unique_ptr<RestServer> s(
-      new RestServer(o, runner, batcher, metrics, clock, std::move(ready)));
+      new RestServer(o, models, metrics, clock, std::move(ready)));
   s->listen_fd_ = *fd;
   s->port_ = BoundPort(*fd);
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
@@ -379,17 +378,6 @@ Json ModelConfigJson(const inference::ModelConfig& config) {
 
 }  // namespace
 
-absl::Status RestServer::CheckModel(absl::string_view name, absl::string_view version) const {
-  const ModelInfo& info = runner_->info();
-  if (absl::Status s = CheckModelName("model name", name, info); !s.ok()) return s;
-  if (!version.empty() && version != info.version) {
-    return absl::NotFoundError(absl::StrCat(
-        "version '", ClientText(version), "' of model '", info.name,
-        "' is not served here; this server serves version '", info.version, "'"));
-  }
-  return absl::OkStatus();
-}
-
 // Queues `answer`, counting it under `label` (none when empty).
 int RestServer::Answer(MHD_Connection* connection, Call* call, absl::string_view label,
                        absl::StatusCode code, const RestAnswer& answer) {
@@ -422,7 +410,6 @@ int RestServer::Dispatch(MHD_Connection* connection, Call* call, const char* url
     return Answer(connection, call, "", absl::StatusCode::kInvalidArgument, a);
   }
   if (route.kind == Route::kInfer) return Infer(connection, call, route.name, route.version);
-  const ModelInfo& info = runner_->info();
   const bool ready = ready_() && !stopping_.load();
   switch (route.kind) {
     case Route::kLive:
@@ -440,11 +427,16 @@ int RestServer::Dispatch(MHD_Connection* connection, Call* call, const char* url
                                 {"extensions", {"model_configuration", "binary_tensor_data"}}}));
     default: break;
   }
-  const absl::Status model = CheckModel(route.name, route.version);
+  const absl::StatusOr<ServableHandle> model =
+      LookUpModel(*models_, "model name", route.name, route.version);
   const absl::string_view label = route.kind == Route::kModel         ? kModelMetadata
                                   : route.kind == Route::kModelConfig ? kModelConfig
                                                                       : kModelReady;
-  if (!model.ok()) return Answer(connection, call, label, model.code(), ErrorAnswer(model));
+  if (!model.ok()) {
+    return Answer(connection, call, label, model.status().code(), ErrorAnswer(model.status()));
+  }
+  ModelServable& servable = ServableOf(*model);
+  const ModelInfo& info = servable.info();
   if (route.kind == Route::kModel) {
     return Answer(connection, call, label, absl::StatusCode::kOk,
                   JsonAnswer(ModelMetadata(info)));
@@ -452,7 +444,7 @@ int RestServer::Dispatch(MHD_Connection* connection, Call* call, const char* url
   if (route.kind == Route::kModelConfig) {
     return Answer(connection, call, label, absl::StatusCode::kOk,
                   JsonAnswer(ModelConfigJson(
-                      KServeModelConfig(info, batcher_->options().max_batch_size))));
+                      KServeModelConfig(info, servable.batcher().options().max_batch_size))));
   }
   RestAnswer a = JsonAnswer({{"name", info.name}, {"ready", ready}});
   if (!ready) a.status = MHD_HTTP_SERVICE_UNAVAILABLE;

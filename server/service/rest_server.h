@@ -1,5 +1,6 @@
 // RestServer: the Open Inference Protocol (KServe v2) REST API beside gRPC,
-// over the same runner, batcher and metrics.
+// over the same model lookup (model_lookup.h) and metrics: a request takes
+// its model version's handle when it is admitted, as on gRPC.
 //
 //   GET  /v2/health/live                       200 {"live": true}
 //   GET  /v2/health/ready                      200 {"ready": true}, 503 once
@@ -25,8 +26,7 @@
 // `max_body_bytes` is refused 413 from its Content-Length before it is
 // read; chunked bodies are refused 411.
 //
-// Ownership: does not own the runner, batcher or metrics; they must outlive
-// it. Thread-safety: StopAccepting() and the destructor may be called from
+// Ownership: does not own the lookup or metrics; they must outlive it. Thread-safety: StopAccepting() and the destructor may be called from
 // any thread (not concurrently with each other). Destruction waits until
 // every request handed to the batcher is answered (call it after the
 // batcher's Shutdown, which answers them), then closes every connection and
@@ -43,10 +43,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/batcher/batcher.h"
 #include "common/clock.h"
 #include "server/metrics/metrics.h"
-#include "server/runtime/runner.h"
+#include "server/service/model_lookup.h"
 
 struct MHD_Daemon;
 struct MHD_Connection;
@@ -102,7 +101,7 @@ class RestServer {
   // INVALID_ARGUMENT naming the option for bad options; UNAVAILABLE naming
   // the address when it cannot be bound.
   static absl::StatusOr<std::unique_ptr<RestServer>> Start(
-      const RestOptions& options, Runner* runner, Batcher* batcher, Metrics* metrics,
+      const RestOptions& options, const ModelLookup* models, Metrics* metrics,
       Clock* clock, std::function<bool()> ready);
   ~RestServer();
 
@@ -128,19 +127,16 @@ class RestServer {
   void ReleaseBodyBytes(int64_t n) { buffered_bytes_.fetch_sub(n); }
 
  private:
-  RestServer(const RestOptions& options, Runner* runner, Batcher* batcher,
+  RestServer(const RestOptions& options, const ModelLookup* models,
              Metrics* metrics, Clock* clock, std::function<bool()> ready);
   int Dispatch(MHD_Connection* connection, Call* call, const char* url, const char* method);
-  // OK, or NOT_FOUND naming the value when `name`/`version` are not served.
-  absl::Status CheckModel(absl::string_view name, absl::string_view version) const;
   int Answer(MHD_Connection* connection, Call* call, absl::string_view label,
              absl::StatusCode code, const RestAnswer& answer);
   int Infer(MHD_Connection* connection, Call* call, absl::string_view name,
             absl::string_view version);
 
   const RestOptions options_;
-  Runner* const runner_;
-  Batcher* const batcher_;
+  const ModelLookup* const models_;
   Metrics* const metrics_;
   Clock* const clock_;
   const std::function<bool()> ready_;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -13,7 +14,6 @@
 #include "grpcpp/resource_quota.h"
 #include "common/status_macros.h"
 #include "server/service/accepted_calls.h"
-#include "server/service/batch_executor.h"
 #include "server/service/inference_service.h"
 #include "server/service/kserve_service.h"
 #include "server/service/listen_address.h"
@@ -112,52 +112,12 @@ absl::StatusOr<RestOptions> RestOptionsOf(const ServerOptions& o) {
 
 }  // namespace
 
-absl::Status InferenceServer::StartBatching(const ServerOptions& options, Runner* runner,
-                                            Metrics* metrics, Clock* clock) {
-  executor_ = std::make_unique<BatchExecutor>(runner, options.batching,
-                                              options.device_concurrency, metrics, clock);
-  BatchExecutor* executor = executor_.get();
-  // Each model run refines the adaptive policy's cost curve. Set before the
-  // batcher's threads start; the server owns both.
-  executor->set_on_cost([this](int64_t rows, absl::Duration cost) {
-    batcher_->ObserveBatchCost(rows, cost);
-  });
-  // The queue depth gauge follows every change of the queue: arrivals,
-  // batches, expiries, cancellations and the drain.
-  auto on_depth = [metrics](int64_t rows) {
-    if (metrics != nullptr) metrics->SetQueueDepth(rows);
-  };
-  auto on_idle = [runner, metrics] {
-    runner->BetweenBatches(/*idle=*/true);
-    if (metrics != nullptr) {
-      const MemoryStats m = runner->Memory();
-      metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes,
-                          m.resident_bytes});
-    }
-  };
-  BatcherOptions batching = options.batching;
-  if (batching.batch_costs.empty()) {  // seed the cost curve from the warm-up
-    for (const WarmupTiming& w : runner->info().warmup_timings) {
-      batching.batch_costs.push_back({w.batch_size, w.forward});
-    }
-  }
-  ASSIGN_OR_RETURN(
-      batcher_,
-      Batcher::Create(std::move(batching), clock,
-                      [executor](Batch b) { executor->Process(std::move(b)); },
-                      on_idle, absl::Seconds(1), on_depth));
-  return absl::OkStatus();
-}
-
 absl::Status InferenceServer::StartGrpc(const ServerOptions& options,
                                         const std::shared_ptr<grpc::ServerCredentials>& creds) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  if (absl::Status st = AddListeningPorts(options, creds, &builder); !st.ok()) {
-    batcher_->Shutdown();
-    return st;
-  }
+  RETURN_IF_ERROR(AddListeningPorts(options, creds, &builder));
   builder.RegisterService(service_.get());
   builder.RegisterService(kserve_.get());
   ConfigureTransport(options, &builder);
@@ -165,15 +125,11 @@ absl::Status InferenceServer::StartGrpc(const ServerOptions& options,
   // a test's simulated clock.
   absl::StatusOr<std::unique_ptr<UnreadResponseGuard>> guard =
       UnreadResponseGuard::Create(options.UnreadLimits(), metrics_, Clock::SteadyClock());
-  if (!guard.ok()) {
-    batcher_->Shutdown();
-    return guard.status();
-  }
+  if (!guard.ok()) return guard.status();
   accepted_ = InstallInterceptors(&builder, std::move(*guard));
   server_ = builder.BuildAndStart();
   for (size_t i = 0; i < addresses_.size(); ++i) {
     if (server_ != nullptr && *bound_ports_[i] != 0) continue;
-    batcher_->Shutdown();
     for (const std::string& f : socket_files_) RemoveUnixSocket(f);
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", addresses_[i],
@@ -188,32 +144,53 @@ absl::Status InferenceServer::StartGrpc(const ServerOptions& options,
 }
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
-    const ServerOptions& options, Runner* runner, Metrics* metrics,
-    Clock* clock) {
+    const ServerOptions& options, Runner* runner, Metrics* metrics, Clock* clock) {
+  RETURN_IF_ERROR(options.Validate());
+  ModelServable::Options mo{.batching = options.batching,
+                            .device_concurrency = options.device_concurrency,
+                            .metrics = metrics, .clock = clock};
+  // Not owned: the caller's runner outlives the server.
+  std::shared_ptr<Runner> shared(runner, [](Runner*) {});
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelServable> servable,
+                   ModelServable::Create(std::move(shared), mo));
+  auto models = std::make_unique<SingleModelLookup>(std::move(servable));
+  ASSIGN_OR_RETURN(std::unique_ptr<InferenceServer> s,
+                   Start(options, models.get(), nullptr, metrics, clock));
+  s->own_models_ = std::move(models);
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
+    const ServerOptions& options, const ModelLookup* models, ModelRepository* repository,
+    Metrics* metrics, Clock* clock) {
   if (clock == nullptr) clock = Clock::RealClock();
   RETURN_IF_ERROR(options.Validate());
   ASSIGN_OR_RETURN(auto creds, Credentials(options));
   std::unique_ptr<InferenceServer> s(new InferenceServer());
   s->metrics_ = metrics;
-  RETURN_IF_ERROR(s->StartBatching(options, runner, metrics, clock));
+  s->models_ = models;
   // Requests read in place keep gRPC's slices, counted in its memory quota:
   // half of it at most, so the transport always has room to read.
   s->service_ = std::make_unique<InferenceService>(
-      runner, s->batcher_.get(), metrics, clock, options.version, options.access_log,
+      models, metrics, clock, options.version, options.access_log,
       options.MemoryQuotaBytes() / 2);
-  s->kserve_ = std::make_unique<KServeService>(
-      runner, s->batcher_.get(), metrics, clock, options.version, options.access_log);
+  s->kserve_ = std::make_unique<KServeService>(models, repository, metrics, clock,
+                                               options.version, options.access_log);
   s->service_->set_max_request_bytes(options.max_message_bytes);
   s->kserve_->set_max_request_bytes(options.max_message_bytes);
   RETURN_IF_ERROR(s->StartGrpc(options, creds));
   if (!options.http.address.empty()) {
     ASSIGN_OR_RETURN(RestOptions rest, RestOptionsOf(options));
     KServeService* kserve = s->kserve_.get();
-    ASSIGN_OR_RETURN(s->rest_, RestServer::Start(rest, runner, s->batcher_.get(), metrics,
-                                                 clock, [kserve] { return kserve->ready(); }));
+    ASSIGN_OR_RETURN(s->rest_, RestServer::Start(rest, models, metrics, clock,
+                                                 [kserve] { return kserve->ready(); }));
   }
   s->SetServing(true);
-  LOG(INFO) << "serving " << runner->info().name << " on " << options.address
+  std::vector<std::string> served;
+  for (const ServableHandle& h : models->Served()) {
+    served.push_back(absl::StrCat(ServableOf(h).info().name, " v", ServableOf(h).info().version));
+  }
+  LOG(INFO) << "serving " << absl::StrJoin(served, ", ") << " on " << options.address
             << " (port " << s->port_ << ")"
             << (options.tls_cert_path.empty() ? "" : " with TLS")
             << (options.tls_client_ca_path.empty() ? "" : " (mutual)")
@@ -251,8 +228,12 @@ void InferenceServer::Shutdown(absl::Duration timeout) {
   SetServing(false);
   if (rest_ != nullptr) rest_->StopAccepting();
   if (server_ != nullptr) StopGrpc(absl::Now() + timeout);
-  if (batcher_ != nullptr) batcher_->Shutdown();
-  rest_.reset();  // every request it handed to the batcher is answered
+  // Every served version answers what it queued; versions unloaded before
+  // drain by themselves (their requests hold them).
+  if (models_ != nullptr) {
+    for (const ServableHandle& h : models_->Served()) ServableOf(h).Drain();
+  }
+  rest_.reset();  // every request it handed to a batcher is answered
   if (server_ != nullptr) server_->Wait();
   for (const std::string& f : socket_files_) RemoveUnixSocket(f);
   LOG(INFO) << "server stopped";

@@ -1,18 +1,19 @@
 // InferenceServer: the gRPC server with the native Inference service, the
-// standard health service and reflection, wired to a batcher and executor
-// around one Runner.
+// KServe service, the standard health service and reflection, and the REST
+// front end, serving the model versions a ModelLookup (model_lookup.h) hands
+// out: the models of a repository, or one runner behind its own batcher.
 //
-// Lifecycle: Start() binds, builds the batcher and reports SERVING once the
-// runner (already warmed up by its factory) is ready. Shutdown(): health
-// NOT_SERVING, stop accepting, answer every accepted request (the batcher
-// drains through the model), then end what is still open (streams such as
+// Lifecycle: Start() binds and reports SERVING (the models are already
+// loaded and warmed up). Shutdown(): health NOT_SERVING, stop accepting,
+// answer every accepted request (every served version's batcher drains
+// through its model), then end what is still open (streams such as
 // health Watch and reflection, requests whose message is still arriving) and
 // return; the REST server stops accepting with gRPC and stops once the
 // batcher has answered what it accepted; only an accepted request still running at the timeout is cut off.
 // The destructor calls Shutdown().
 //
 // Thread-safety: Shutdown() and SetServing() may be called from any thread.
-// Does not own the runner or the metrics.
+// Does not own the runner, lookup, repository or metrics.
 #ifndef METALSERVE_SERVER_SERVICE_SERVER_H_
 #define METALSERVE_SERVER_SERVICE_SERVER_H_
 
@@ -26,9 +27,11 @@
 #include "server/batcher/batcher.h"
 #include "common/clock.h"
 #include "server/metrics/metrics.h"
+#include "server/repository/model_repository.h"
 #include "server/runtime/runner.h"
 #include "server/service/accepted_calls.h"
 #include "server/service/unread_responses.h"
+#include "server/service/model_lookup.h"
 #include "server/service/rest_server.h"
 
 namespace grpc {
@@ -41,7 +44,6 @@ class Service;
 namespace metalserve {
 
 class AccessLog;
-class BatchExecutor;
 class InferenceService;
 class KServeService;
 class RestServer;
@@ -59,6 +61,8 @@ struct ServerOptions {
   // Largest gRPC message accepted or sent, bytes. Default 64 MiB: a batch of
   // 100 fp32 3x224x224 images (602,112 bytes each) fits.
   int64_t max_message_bytes = 64 << 20;
+  // The batcher of the one-runner Start; a repository's models take theirs
+  // from the servable factory (servable_factory.h).
   BatcherOptions batching;
   // Batches handed to the runner at once. A torch runner serialises device
   // work on its own thread, so 2 lets the next batch's host copy overlap the
@@ -120,6 +124,15 @@ absl::StatusOr<std::string> ReadTlsFile(const std::string& path, absl::string_vi
 
 class InferenceServer {
  public:
+  // Serves the versions `models` hands out (not owned; must outlive the
+  // server). `repository` (may be null: --model) answers the KServe
+  // repository RPCs; not owned.
+  static absl::StatusOr<std::unique_ptr<InferenceServer>> Start(
+      const ServerOptions& options, const ModelLookup* models, ModelRepository* repository,
+      Metrics* metrics, Clock* clock = nullptr);
+  // Serves one runner (not owned; must outlive the server) behind a batcher
+  // made from options.batching: a repository of one, under the runner's own
+  // name and version string.
   static absl::StatusOr<std::unique_ptr<InferenceServer>> Start(
       const ServerOptions& options, Runner* runner, Metrics* metrics,
       Clock* clock = nullptr);
@@ -146,22 +159,19 @@ class InferenceServer {
   absl::Status AddListeningPorts(const ServerOptions& options,
                                  const std::shared_ptr<grpc::ServerCredentials>& creds,
                                  grpc::ServerBuilder* builder);
-  // The executor and the batcher feeding it (Start's first half).
-  absl::Status StartBatching(const ServerOptions& options, Runner* runner, Metrics* metrics,
-                             Clock* clock);
   // Builds and starts the gRPC server on every address; on failure the
-  // batcher is shut down and the socket files removed.
+  // socket files are removed.
   absl::Status StartGrpc(const ServerOptions& options,
                          const std::shared_ptr<grpc::ServerCredentials>& creds);
 
   Metrics* metrics_ = nullptr;
-  std::unique_ptr<BatchExecutor> executor_;
-  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<ModelLookup> own_models_;  // the one-runner Start's
+  const ModelLookup* models_ = nullptr;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<KServeService> kserve_;  // inference.GRPCInferenceService
   std::shared_ptr<AcceptedCalls::State> accepted_;  // unary calls in handlers
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<RestServer> rest_;  // stopped before the batcher is freed
+  std::unique_ptr<RestServer> rest_;  // stopped before the servables are freed
   int port_ = 0;
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<int>> bound_ports_;  // one per address, set by gRPC

@@ -155,7 +155,8 @@ TEST_F(KServeTest, ServerMetadataListsExtensions) {
   ASSERT_TRUE(stub_->ServerMetadata(Ctx().get(), {}, &r).ok());
   EXPECT_EQ(r.name(), "metalserve");
   EXPECT_EQ(r.version(), "9.8.7");
-  EXPECT_THAT(r.extensions(), ElementsAre("model_configuration", "statistics"));
+  EXPECT_THAT(r.extensions(),
+              ElementsAre("model_configuration", "statistics", "model_repository"));
 }
 
 TEST_F(KServeTest, ModelMetadataDescribesTheSignature) {

@@ -276,6 +276,26 @@ TEST(MetricsTest, RecordsCacheClearsModelTimesBuildInfoAndReadiness) {
   EXPECT_THAT(Sample(s, "metalserve_ready"), Optional(Eq(1)));
 }
 
+TEST(MetricsTest, ModelStatesFollowTheLatestSetAndLoadsCountByOutcome) {
+  auto metrics = MakeMetrics();
+  metrics->SetModelStates({{"a", "1", "READY"}, {"b", "1", "READY"}});
+  metrics->SetModelStates({{"a", "1", "UNLOADING"}, {"a", "2", "READY"}});
+  metrics->ModelLoadFinished("a", true);
+  metrics->ModelLoadFinished("a", false);
+  metrics->ModelLoadFinished("a", true);
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_model_state{model="a",state="UNLOADING",version="1"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, R"(metalserve_model_state{model="a",state="READY",version="2"})"),
+              Optional(Eq(1)));
+  EXPECT_THAT(s, Not(HasSubstr(R"(model="b")")));  // forgotten: series removed
+  EXPECT_THAT(s, Not(HasSubstr(R"(state="READY",version="1")")));
+  EXPECT_THAT(Sample(s, R"(metalserve_model_loads_total{model="a",outcome="ok"})"),
+              Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, R"(metalserve_model_loads_total{model="a",outcome="failed"})"),
+              Optional(Eq(1)));
+}
+
 TEST(MetricsTest, MonitorSeparatesCallerErrorsAndExportsGauges) {
   MetricsOptions options = NoListener();
   options.monitor_window = 4;

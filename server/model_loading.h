@@ -1,0 +1,89 @@
+// The repository side of main: the runtime options of one repository model
+// (the flags with its config.json settings applied), the device threads
+// shared by every model on a device, and the SIGHUP rescan thread. Part of
+// the metalserve executable (it sees the torch runtime's options, which the
+// torch-free service target does not).
+#ifndef METALSERVE_SERVER_MODEL_LOADING_H_
+#define METALSERVE_SERVER_MODEL_LOADING_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/metrics/metrics.h"
+#include "server/repository/model_repository.h"
+#include "server/runtime/device_thread.h"
+#include "server/runtime/torch_runner.h"
+#include "server/service/model_lookup.h"
+#include "server/service/servable_factory.h"
+
+namespace metalserve {
+
+// One DeviceThread per requested device ("cpu", "cuda:0", "auto", ...),
+// shared by every model loaded for it. Created on first use; the device of
+// the flags is created at start. Thread-safety: thread-safe. Destruction:
+// drops its references; each thread ends with its last runner.
+class DeviceThreads {
+ public:
+  std::shared_ptr<DeviceThread> For(const std::string& device);
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<DeviceThread>> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+// Makes torch runners for repository models: `defaults` (from the flags)
+// with the spec's model file, signature (from config.json), warm-up sizes,
+// and precision, channels_last, optimize and device settings, on the
+// device's shared thread. `threads` is not owned and must outlive the maker.
+RunnerMaker TorchRunnerMaker(RuntimeOptions defaults, DeviceThreads* threads);
+
+// Runs the repository's Rescan() on its own thread when asked (SIGHUP: the
+// handler only sets a flag; main's loop calls Request()). Requests while a
+// rescan runs fold into one more. Destruction: finishes the running rescan,
+// then joins.
+class Rescanner {
+ public:
+  explicit Rescanner(ModelRepository* repository);
+  ~Rescanner();
+  void Request();
+
+ private:
+  void Loop();
+  ModelRepository* const repository_;
+  absl::Mutex mu_;
+  bool pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// The manager's states as metalserve_model_state (ModelRepository::Options::
+// on_states). `metrics` is not owned and must outlive the repository.
+std::function<void(const std::vector<VersionStatus>&)> ModelStatesToMetrics(Metrics* metrics);
+
+// A running repository: what main keeps while it serves one, in the order
+// it is torn down (the rescanner first, the device threads last).
+struct RepositoryServing {
+  DeviceThreads threads;
+  std::unique_ptr<ModelServableFactory> factory;
+  std::unique_ptr<ModelRepository> repository;  // waits for every handle
+  std::unique_ptr<ManagerLookup> lookup;
+  std::unique_ptr<Rescanner> rescanner;
+};
+
+// Loads the repository of `options` (root, control, poll interval; its
+// factory is made here from `factory` with TorchRunnerMaker(`runtime`)).
+// The repository's errors; a model that fails to load is logged and listed
+// by the index while the others serve.
+absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(
+    ModelRepository::Options options, ModelServableFactory::Options factory,
+    const RuntimeOptions& runtime);
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_MODEL_LOADING_H_

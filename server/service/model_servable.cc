@@ -1,0 +1,65 @@
+#include "server/service/model_servable.h"
+
+#include <utility>
+
+#include "common/status_macros.h"
+#include "server/service/batch_executor.h"
+
+namespace metalserve {
+
+ModelServable::ModelServable(std::shared_ptr<Runner> runner) : runner_(std::move(runner)) {}
+
+absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
+    std::shared_ptr<Runner> runner, const Options& options) {
+  if (runner == nullptr) return absl::InvalidArgumentError("ModelServable: runner is null");
+  Clock* clock = options.clock != nullptr ? options.clock : Clock::RealClock();
+  std::unique_ptr<ModelServable> s(new ModelServable(std::move(runner)));
+  Runner* r = s->runner_.get();
+  Metrics* metrics = options.metrics;
+  s->executor_ = std::make_unique<BatchExecutor>(r, options.batching,
+                                                 options.device_concurrency, metrics, clock);
+  ModelServable* self = s.get();
+  // Each model run refines the adaptive policy's cost curve. Set before the
+  // batcher's threads start; the servable owns both.
+  s->executor_->set_on_cost([self](int64_t rows, absl::Duration cost) {
+    self->batcher_->ObserveBatchCost(rows, cost);
+  });
+  // The queue depth gauge follows every change of the queue: arrivals,
+  // batches, expiries, cancellations and the drain.
+  auto on_depth = [metrics](int64_t rows) {
+    if (metrics != nullptr) metrics->SetQueueDepth(rows);
+  };
+  // Cache hygiene and the memory figures, while this model's queue is idle.
+  auto on_idle = [r, metrics] {
+    r->BetweenBatches(/*idle=*/true);
+    if (metrics != nullptr) {
+      const MemoryStats m = r->Memory();
+      metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes,
+                          m.resident_bytes});
+    }
+  };
+  BatcherOptions batching = options.batching;
+  if (batching.batch_costs.empty()) {  // seed the cost curve from the warm-up
+    for (const WarmupTiming& w : r->info().warmup_timings) {
+      batching.batch_costs.push_back({w.batch_size, w.forward});
+    }
+  }
+  BatchExecutor* executor = s->executor_.get();
+  ASSIGN_OR_RETURN(s->batcher_,
+                   Batcher::Create(std::move(batching), clock,
+                                   [executor](Batch b) { executor->Process(std::move(b)); },
+                                   on_idle, absl::Seconds(1), on_depth));
+  return s;
+}
+
+ModelServable::~ModelServable() {
+  Drain();
+  batcher_.reset();
+  executor_.reset();
+}
+
+void ModelServable::Drain() {
+  if (batcher_ != nullptr) batcher_->Shutdown();
+}
+
+}  // namespace metalserve

@@ -1,0 +1,85 @@
+// ModelServable: one loaded version of one model as the server serves it:
+// the runner (the model on its device), the batch queue in front of it, the
+// executor that runs its batches and the KServe statistics of its requests.
+// The model manager (server/repository/model_manager.h) owns servables and
+// hands them out as ServableHandles; every request takes one when it is
+// admitted (the services look it up through a ModelLookup, model_lookup.h)
+// and its task keeps it until the task is destroyed after its Finish/Abort,
+// so nothing a queued or running request uses is freed under it.
+//
+// Lifetime: servable -> batcher -> queued task -> handle -> servable is a
+// cycle that the queue's draining breaks: an unloaded version stops being
+// handed out, its queued tasks finish on it, and the last one's handle
+// release hands the servable to the manager's release thread, which
+// destroys it. Server shutdown calls Drain() on every servable still served.
+//
+// Thread-safety: thread-safe (the batcher and statistics are). Drain() may be
+// called from any thread but an executor's of this servable.
+// Destruction: Drain() (answers what is still queued, joins the executors),
+// then frees the executor and the runner (a torch runner releases the model
+// on its device thread). Never destroy it on one of its executor threads:
+// the manager's release thread does it.
+#ifndef METALSERVE_SERVER_SERVICE_MODEL_SERVABLE_H_
+#define METALSERVE_SERVER_SERVICE_MODEL_SERVABLE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "server/batcher/batcher.h"
+#include "server/metrics/metrics.h"
+#include "server/repository/servable.h"
+#include "server/runtime/runner.h"
+#include "server/service/kserve_statistics.h"
+
+namespace metalserve {
+
+class BatchExecutor;
+
+class ModelServable final : public Servable {
+ public:
+  struct Options {
+    // The batcher of this version (flags with the model's settings applied);
+    // its batch_costs, when empty, are seeded from the runner's warm-up.
+    BatcherOptions batching;
+    // Batches handed to the runner at once (ServerOptions::device_concurrency).
+    int device_concurrency = 1;
+    // May be null. Not owned; must outlive the servable.
+    Metrics* metrics = nullptr;
+    // Null: the real clock. Not owned.
+    Clock* clock = nullptr;
+  };
+
+  // InvalidArgument for a null runner or invalid batching options. The
+  // runner is shared so that InferenceServer's one-runner Start can hand in
+  // a runner it does not own (a no-op deleter).
+  static absl::StatusOr<std::unique_ptr<ModelServable>> Create(std::shared_ptr<Runner> runner,
+                                                               const Options& options);
+  ~ModelServable() override;
+  ModelServable(const ModelServable&) = delete;
+  ModelServable& operator=(const ModelServable&) = delete;
+
+  const ModelInfo& info() const { return runner_->info(); }
+  Batcher& batcher() { return *batcher_; }
+  const Batcher& batcher() const { return *batcher_; }
+  KServeStatistics& kserve_statistics() { return stats_; }
+  Runner& runner() { return *runner_; }
+
+  // Stops admitting (Submit answers UNAVAILABLE), runs every queued request
+  // and joins the executors. Idempotent.
+  void Drain();
+
+ private:
+  explicit ModelServable(std::shared_ptr<Runner> runner);
+
+  std::shared_ptr<Runner> runner_;
+  KServeStatistics stats_;
+  std::unique_ptr<BatchExecutor> executor_;  // uses runner_
+  std::unique_ptr<Batcher> batcher_;         // feeds executor_; destroyed first
+};
+
+}  // namespace metalserve
+
+#endif  // METALSERVE_SERVER_SERVICE_MODEL_SERVABLE_H_

@@ -1,0 +1,91 @@
+#include "server/service/servable_factory.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/repository/repository_scan.h"
+#include "server/service/model_servable.h"
+
+namespace metalserve {
+
+absl::StatusOr<BatcherOptions> BatchingFor(const BatcherOptions& flags,
+                                           const ModelSettings& settings,
+                                           const std::string& config_path) {
+  BatcherOptions b = flags;
+  if (settings.max_batch_size.has_value()) {
+    b.max_batch_size = *settings.max_batch_size;
+    if (settings.allowed_batch_sizes.empty() && !b.allowed_batch_sizes.empty()) {
+      std::vector<int64_t> kept;
+      for (int64_t s : b.allowed_batch_sizes) {
+        if (s < b.max_batch_size) kept.push_back(s);
+      }
+      kept.push_back(b.max_batch_size);
+      b.allowed_batch_sizes = std::move(kept);
+    }
+  }
+  if (!settings.allowed_batch_sizes.empty()) b.allowed_batch_sizes = settings.allowed_batch_sizes;
+  if (settings.max_queue_delay.has_value()) b.max_queue_delay = *settings.max_queue_delay;
+  if (settings.max_queue_size.has_value()) b.max_queue_size = *settings.max_queue_size;
+  if (absl::Status s = b.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config_path, ": its settings do not fit the server's flags: ", s.message()));
+  }
+  return b;
+}
+
+absl::StatusOr<std::unique_ptr<ModelServableFactory>> ModelServableFactory::Create(
+    Options options) {
+  if (!options.make_runner) {
+    return absl::InvalidArgumentError("ModelServableFactory: make_runner is required");
+  }
+  RETURN_IF_ERROR(options.batching.Validate());
+  return std::unique_ptr<ModelServableFactory>(new ModelServableFactory(std::move(options)));
+}
+
+absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::Load(const LoadSpec& spec) {
+  absl::StatusOr<std::unique_ptr<Servable>> s = LoadVersion(spec);
+  if (options_.metrics != nullptr) options_.metrics->ModelLoadFinished(spec.id.model, s.ok());
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::LoadVersion(
+    const LoadSpec& spec) {
+  if (spec.config == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.id.ToString(), ": no config"));
+  }
+  const RepositoryModelConfig& config = *spec.config;
+  // DIR/<model>/<version>/model.pt -> DIR/<model>/config.json
+  const std::string config_path =
+      (std::filesystem::path(spec.model_path).parent_path().parent_path() / kModelConfigFile)
+          .string();
+  ASSIGN_OR_RETURN(BatcherOptions batching,
+                   BatchingFor(options_.batching, config.settings, config_path));
+  RunnerSpec r{.id = spec.id, .model_path = spec.model_path, .config_path = config_path};
+  r.signature = config.signature;
+  r.signature.name = spec.id.model;
+  r.signature.version = absl::StrCat(spec.id.version);
+  r.settings = config.settings;
+  r.warmup_batch_sizes = batching.allowed_batch_sizes;
+  if (r.warmup_batch_sizes.empty()) {
+    r.warmup_batch_sizes = {1};
+    if (batching.max_batch_size > 1) r.warmup_batch_sizes.push_back(batching.max_batch_size);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, options_.make_runner(r));
+  const ModelInfo& info = runner->info();
+  LOG(INFO) << "loaded " << spec.id.ToString() << " on " << info.device << " ("
+            << info.precision << ", optimize=" << info.optimization << ") in "
+            << absl::FormatDuration(info.load_time) << ", warmed up in "
+            << absl::FormatDuration(info.warmup_time) << "; max_batch_size="
+            << batching.max_batch_size;
+  ModelServable::Options mo{.batching = std::move(batching),
+                            .device_concurrency = options_.device_concurrency,
+                            .metrics = options_.metrics, .clock = options_.clock};
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelServable> servable,
+                   ModelServable::Create(std::shared_ptr<Runner>(std::move(runner)), mo));
+  return std::unique_ptr<Servable>(std::move(servable));
+}
+
+}  // namespace metalserve

@@ -1,0 +1,322 @@
+#!/usr/bin/python3
+"""The model repository served end to end: build/metalserve with
+--model_repository (a copy of build/model_repository: identity and tiny_cnn,
+exported by models/export.py) and --model_control=explicit, on free
+127.0.0.1 ports, driven from Python grpcio over the KServe and native APIs:
+
+  * two models on the one CPU device thread answer concurrently, each equal
+    to its own direct forward (TorchScript in this process);
+  * reload under load: clients keep calling identity while new versions are
+    loaded three times: zero errors; the version each client sees switches
+    once per reload and never goes back;
+  * unload under load: every answer is OK or NOT_FOUND (requests admitted
+    before the unload succeed; none is cut off), and NOT_FOUND never comes
+    before an OK on one client;
+  * a load that fails (a corrupt model.pt) names the file and leaves the
+    old version serving; metalserve_model_state and model_loads_total say so;
+    an unloaded version's state series goes once it has drained;
+  * an unknown model or version is NOT_FOUND listing what is loaded;
+    request parameters on RepositoryModelLoad are INVALID_ARGUMENT naming
+    them; ServerMetadata lists the model_repository extension;
+  * the native Predict and GetModelMetadata take model_version;
+  * SIGHUP rescans: a new version folder is served;
+  * examples/python/repository.py lists, unloads and loads.
+
+Needs /usr/bin/python3 with grpcio, grpc_tools and torch. A missing binary,
+model or tool is a failure, not a skip. Everything it starts is stopped;
+every wait is bounded.
+"""
+import argparse
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
+
+ARGS = None
+CLIENTS = 4
+
+
+def compile_protos(proto_dir, out):
+    os.makedirs(out)
+    subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + proto_dir,
+                    "--python_out=" + out, "--grpc_python_out=" + out,
+                    "inference/grpc_service.proto", "metalserve/v1/inference.proto"],
+                   check=True, timeout=60)
+    sys.path.insert(0, out)
+
+
+class Repository(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="metalserve_repository_")
+        compile_protos(ARGS.proto_dir, os.path.join(cls.tmp, "stubs"))
+        global kpb, kgrpc, npb, ngrpc
+        from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kgrpc
+        from metalserve.v1 import inference_pb2 as npb, inference_pb2_grpc as ngrpc
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        self.root = os.path.join(self.tmp, self.id().split(".")[-1])
+        shutil.copytree(ARGS.repository, self.root)
+        port = free_port()
+        self.metrics_port = free_port()
+        self.log = self.root + ".log"
+        self.server = Process(
+            [ARGS.server, f"--model_repository={self.root}", "--model_control=explicit",
+             f"--address=127.0.0.1:{port}", "--http_address=",
+             f"--metrics_address=127.0.0.1:{self.metrics_port}",
+             "--device=cpu", "--threads=1", "--cache_dir=none", "--monitor_log_interval=0",
+             "--max_batch_size=8", "--max_queue_delay=1ms"], log_path=self.log)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.kserve = kgrpc.GRPCInferenceServiceStub(self.channel)
+        self.native = ngrpc.InferenceStub(self.channel)
+        self.target = f"127.0.0.1:{port}"
+
+        def ready():
+            assert self.server.alive(), "server exited:\n" + tail(self.log)
+            return self.kserve.ServerReady(kpb.ServerReadyRequest(), timeout=2).ready
+        wait_for("server ready", ready, time.monotonic() + 120)
+
+    def tearDown(self):
+        self.channel.close()
+        self.server.stop()
+
+    def add_version(self, model, version, source_version=1, data=None):
+        d = os.path.join(self.root, model, str(version))
+        os.makedirs(d)
+        if data is not None:
+            with open(os.path.join(d, "model.pt"), "wb") as f:
+                f.write(data)
+        else:
+            shutil.copy(os.path.join(self.root, model, str(source_version), "model.pt"), d)
+
+    def infer(self, model, values, shape, version="", timeout=30):
+        req = kpb.ModelInferRequest(model_name=model, model_version=version)
+        req.inputs.add(name="input", datatype="FP32", shape=shape)
+        req.raw_input_contents.append(struct.pack(f"<{len(values)}f", *values))
+        return self.kserve.ModelInfer(req, timeout=timeout)
+
+    def identity(self, version=""):
+        return self.infer("identity", [1.0, 2.0, 3.0, 4.0], [1, 4], version)
+
+    def metric(self, name, **labels):
+        """The value of the series of `name` with (at least) `labels`, or None."""
+        _, text = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line
+                                                   for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    @staticmethod
+    def floats(resp, i=0):
+        data = resp.raw_output_contents[i]
+        return list(struct.unpack(f"<{len(data) // 4}f", data))
+
+    def test_two_models_answer_concurrently_each_equal_to_its_own_forward(self):
+        import torch
+        tiny = torch.jit.load(os.path.join(ARGS.repository, "tiny_cnn", "1", "model.pt"))
+        errors, checked = [], [0]
+
+        def client(seed):
+            g = torch.Generator().manual_seed(seed)
+            for _ in range(15):
+                try:
+                    x = torch.rand(2, 3, 8, 8, generator=g)
+                    got = self.floats(self.infer("tiny_cnn", x.flatten().tolist(), [2, 3, 8, 8]))
+                    want = tiny(x).flatten().tolist()
+                    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, (got, want)
+                    v = [float(seed), 2.0, 3.0, 4.0]
+                    assert self.floats(self.infer("identity", v, [1, 4])) == v
+                    checked[0] += 1
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(repr(e))
+        threads = [threading.Thread(target=client, args=(s,)) for s in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(errors, [])
+        self.assertEqual(checked[0], 15 * CLIENTS)
+
+    def run_clients(self, call, stop):
+        """Each client calls `call()` until `stop` is set; returns one list
+        per client of (code name, version or None)."""
+        seen = [[] for _ in range(CLIENTS)]
+
+        def client(i):
+            while not stop.is_set():
+                try:
+                    r = call()
+                    seen[i].append(("OK", r.model_version))
+                except grpc.RpcError as e:
+                    seen[i].append((e.code().name, e.details()))
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        return seen, threads
+
+    def test_reload_under_load_switches_versions_once_each_without_errors(self):
+        stop = threading.Event()
+        seen, threads = self.run_clients(self.identity, stop)
+        try:
+            time.sleep(0.5)
+            for v in (2, 3, 4):
+                self.add_version("identity", v)
+                self.kserve.RepositoryModelLoad(
+                    kpb.RepositoryModelLoadRequest(model_name="identity"), timeout=120)
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        for client in seen:
+            self.assertEqual([s for s in client if s[0] != "OK"], [])
+            versions = [int(v) for _, v in client]
+            self.assertEqual(versions, sorted(versions), "a version went back")
+            self.assertEqual(versions[-1], 4)
+        self.assertEqual(sorted({int(v) for c in seen for _, v in c}), [1, 2, 3, 4])
+        index = self.kserve.RepositoryIndex(kpb.RepositoryIndexRequest(ready=True), timeout=10)
+        self.assertIn(("identity", "4", "READY"),
+                      [(m.name, m.version, m.state) for m in index.models])
+
+    def test_unload_under_load_finishes_admitted_requests(self):
+        stop = threading.Event()
+        seen, threads = self.run_clients(
+            lambda: self.infer("tiny_cnn", [0.5] * 192, [1, 3, 8, 8]), stop)
+        try:
+            time.sleep(1.0)
+            self.kserve.RepositoryModelUnload(
+                kpb.RepositoryModelUnloadRequest(model_name="tiny_cnn"), timeout=60)
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        for client in seen:
+            codes = [c for c, _ in client]
+            self.assertEqual(set(codes) - {"OK", "NOT_FOUND"}, set(), client[-5:])
+            self.assertIn("OK", codes)
+            first_missing = codes.index("NOT_FOUND")
+            self.assertNotIn("OK", codes[first_missing:], "OK after NOT_FOUND")
+            self.assertIn('"tiny_cnn" is not loaded; loaded: identity [1]',
+                          client[first_missing][1])
+        self.assertEqual(self.floats(self.identity()), [1.0, 2.0, 3.0, 4.0])
+        # The unloaded version's state series goes once it has drained.
+        wait_for("tiny_cnn's model_state series removed",
+                 lambda: self.metric("metalserve_model_state", model="tiny_cnn") is None,
+                 time.monotonic() + 30)
+        self.assertEqual(self.metric("metalserve_model_state", model="identity", version="1",
+                                     state="READY"), 1.0)
+
+    def test_failed_load_names_the_file_and_keeps_the_old_version(self):
+        self.add_version("identity", 2, data=b"not a TorchScript archive")
+        with self.assertRaises(grpc.RpcError) as e:
+            self.kserve.RepositoryModelLoad(
+                kpb.RepositoryModelLoadRequest(model_name="identity"), timeout=120)
+        self.assertIn(os.path.join("identity", "2", "model.pt"), e.exception.details())
+        r = self.identity()
+        self.assertEqual((r.model_version, self.floats(r)), ("1", [1.0, 2.0, 3.0, 4.0]))
+        index = self.kserve.RepositoryIndex(kpb.RepositoryIndexRequest(), timeout=10)
+        states = {(m.name, m.version): m.state for m in index.models}
+        self.assertEqual(states[("identity", "1")], "READY")
+        self.assertEqual(states[("identity", "2")], "UNAVAILABLE")
+        self.assertEqual(self.metric("metalserve_model_state", model="identity", version="2",
+                                     state="UNAVAILABLE"), 1.0)
+        self.assertEqual(self.metric("metalserve_model_loads_total", model="identity",
+                                     outcome="failed"), 1.0)
+        self.assertEqual(self.metric("metalserve_model_loads_total", model="identity",
+                                     outcome="ok"), 1.0)
+
+    def test_bad_requests_name_the_value_and_what_is_loaded(self):
+        for model, version in (("nope", ""), ("identity", "9")):
+            with self.assertRaises(grpc.RpcError) as e:
+                self.infer(model, [1.0, 2.0, 3.0, 4.0], [1, 4], version)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+            self.assertIn(f'"{model}"', e.exception.details())
+        self.assertIn("loaded: identity [1], tiny_cnn [1]", self.not_found_details("nope"))
+        req = kpb.RepositoryModelLoadRequest(model_name="identity")
+        req.parameters["config"].string_param = "{}"
+        with self.assertRaises(grpc.RpcError) as e:
+            self.kserve.RepositoryModelLoad(req, timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("parameters [config]", e.exception.details())
+        meta = self.kserve.ServerMetadata(kpb.ServerMetadataRequest(), timeout=10)
+        self.assertIn("model_repository", meta.extensions)
+
+    def not_found_details(self, model):
+        try:
+            self.infer(model, [1.0, 2.0, 3.0, 4.0], [1, 4])
+        except grpc.RpcError as e:
+            return e.details()
+        self.fail(f"{model} answered")
+
+    def test_native_api_takes_a_version_and_reports_it(self):
+        self.add_version("identity", 2)
+        self.kserve.RepositoryModelLoad(
+            kpb.RepositoryModelLoadRequest(model_name="identity"), timeout=120)
+        meta = self.native.GetModelMetadata(
+            npb.GetModelMetadataRequest(model_name="identity"), timeout=10)
+        self.assertEqual((meta.model_name, meta.model_version), ("identity", "2"))
+        req = npb.PredictRequest(model_name="identity", model_version="2")
+        t = req.inputs.add(name="input", dtype=npb.DATA_TYPE_FLOAT32, shape=[1, 4])
+        t.data = struct.pack("<4f", 1, 2, 3, 4)
+        r = self.native.Predict(req, timeout=30)
+        self.assertEqual((r.model_name, r.model_version), ("identity", "2"))
+        req.model_version = "1"  # replaced by 2 under the latest-1 policy
+        with self.assertRaises(grpc.RpcError) as e:
+            self.native.Predict(req, timeout=30)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+        self.assertIn("ready: [2]", e.exception.details())
+
+    def test_sighup_rescans_the_folder(self):
+        self.add_version("identity", 2)
+        self.assertEqual(self.identity().model_version, "1")  # nothing rescanned yet
+        self.server.send_signal(signal.SIGHUP)
+        wait_for("identity version 2 after SIGHUP",
+                 lambda: self.identity().model_version == "2", time.monotonic() + 60)
+        self.assertTrue(self.server.alive())
+
+    def test_example_client_lists_unloads_and_loads(self):
+        def run(*args):
+            return subprocess.run(["/usr/bin/python3", ARGS.example, f"--target={self.target}",
+                                   f"--proto_dir={ARGS.proto_dir}", *args],
+                                  capture_output=True, text=True, timeout=180)
+        out = run("index")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("identity\t1\tREADY", out.stdout)
+        self.assertEqual(run("unload", "tiny_cnn").returncode, 0)
+        missing = run("unload", "tiny_cnn")
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn("NOT_FOUND", missing.stderr)
+        self.assertEqual(run("load", "tiny_cnn").returncode, 0)
+        self.assertIn("tiny_cnn\t1\tREADY", run("index", "--ready").stdout)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--server", required=True)
+    p.add_argument("--repository", required=True)
+    p.add_argument("--proto_dir", required=True)
+    p.add_argument("--example", required=True)
+    ARGS, rest = p.parse_known_args()
+    for path in (ARGS.server, ARGS.repository, ARGS.example):
+        if not os.path.exists(path):
+            sys.exit(f"repository_test: {path} is missing (build first)")
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

@@ -1,0 +1,201 @@
+// Servables behind the real gRPC server: a ModelServableFactory making fake
+// runners, a ModelManager, a ManagerLookup, and InferenceServer on loopback.
+// What is checked is the lifetime promise: a request admitted before its
+// model is unloaded finishes on it, later ones get NOT_FOUND listing what is
+// loaded, and the version is freed only when its last request is done.
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "metalserve/v1/inference.grpc.pb.h"
+#include "server/repository/model_manager.h"
+#include "server/service/model_lookup.h"
+#include "server/service/servable_factory.h"
+#include "server/service/server.h"
+#include "tests/testing/fake_runner.h"
+#include "tests/testing/fake_runner_server.h"
+
+namespace metalserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A FakeRunner the test can reach after the manager owns it; counts how many
+// are alive.
+class TrackedRunner final : public Runner {
+ public:
+  TrackedRunner(FakeRunner* fake, std::atomic<int>* alive) : fake_(fake), alive_(alive) {
+    alive_->fetch_add(1);
+  }
+  ~TrackedRunner() override { alive_->fetch_sub(1); }
+  const ModelInfo& info() const override { return info_; }
+  absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& in) override {
+    return fake_->Run(in);
+  }
+  MemoryStats Memory() override { return {}; }
+  void BetweenBatches(bool) override {}
+  ModelInfo info_;
+
+ private:
+  FakeRunner* const fake_;
+  std::atomic<int>* const alive_;
+};
+
+class ModelServableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    metrics_ = testing::MetricsWithoutListener();
+    ModelServableFactory::Options fo;
+    fo.batching.max_batch_size = 4;
+    fo.batching.max_queue_delay = absl::ZeroDuration();
+    fo.metrics = metrics_.get();
+    fo.make_runner = [this](const RunnerSpec& spec) -> absl::StatusOr<std::unique_ptr<Runner>> {
+      auto r = std::make_unique<TrackedRunner>(&fake_, &alive_);
+      r->info_ = fake_.info();
+      r->info_.name = spec.signature.name;
+      r->info_.version = spec.signature.version;
+      return std::unique_ptr<Runner>(std::move(r));
+    };
+    factory_ = *ModelServableFactory::Create(fo);
+    manager_ = *ModelManager::Create({.factory = factory_.get()});
+    for (const char* model : {"a", "b"}) {
+      ModelEntry e{.name = model};
+      e.config.signature.inputs = fake_.info().inputs;
+      e.config.signature.outputs = fake_.info().outputs;
+      e.selected = {{.version = 1, .model_path = std::string("/repo/") + model + "/1/model.pt"}};
+      ASSERT_TRUE(manager_->Load(e).ok());
+    }
+    lookup_ = std::make_unique<ManagerLookup>(manager_.get());
+    ServerOptions so = testing::LoopbackServerOptions();
+    server_ = *InferenceServer::Start(so, lookup_.get(), nullptr, metrics_.get());
+    stub_ = v1::Inference::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    fake_.OpenGate();
+    server_.reset();
+    manager_.reset();
+  }
+
+  grpc::Status Predict(const std::string& model, float value, v1::PredictResponse* r) {
+    v1::PredictRequest req;
+    req.set_model_name(model);
+    auto* t = req.add_inputs();
+    t->set_name("input");
+    t->set_dtype(v1::DATA_TYPE_FLOAT32);
+    t->add_shape(1);
+    t->add_shape(FakeRunner::kWidth);
+    std::vector<float> row(FakeRunner::kWidth, value);
+    t->set_data(std::string(reinterpret_cast<const char*>(row.data()), row.size() * 4));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return stub_->Predict(&ctx, req, r);
+  }
+
+  FakeRunner fake_;
+  std::atomic<int> alive_{0};
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<ModelServableFactory> factory_;
+  std::unique_ptr<ModelManager> manager_;
+  std::unique_ptr<ManagerLookup> lookup_;
+  std::unique_ptr<InferenceServer> server_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+TEST_F(ModelServableTest, EachModelAnswersUnderItsOwnNameAndVersion) {
+  for (const char* model : {"a", "b"}) {
+    v1::PredictResponse r;
+    ASSERT_TRUE(Predict(model, 3.0f, &r).ok());
+    EXPECT_EQ(r.model_name(), model);
+    EXPECT_EQ(r.model_version(), "1");
+  }
+  v1::PredictResponse r;
+  grpc::Status s = Predict("", 3.0f, &r);  // two models: the name is needed
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("loaded: a [1], b [1]"));
+}
+
+TEST_F(ModelServableTest, WithOneModelLeftAnEmptyNameMeansItButAVersionStillCounts) {
+  ASSERT_TRUE(manager_->Unload("b").ok());
+  v1::GetModelMetadataRequest req;
+  v1::GetModelMetadataResponse meta;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->GetModelMetadata(&ctx, req, &meta).ok());
+    EXPECT_EQ(meta.model_name(), "a");
+  }
+  req.set_model_version("7");
+  grpc::ClientContext ctx;
+  const grpc::Status s = stub_->GetModelMetadata(&ctx, req, &meta);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("\"a\" has no ready version \"7\"; ready: [1]"));
+}
+
+TEST_F(ModelServableTest, RequestAdmittedBeforeUnloadFinishesOnItsVersion) {
+  fake_.CloseGate();
+  v1::PredictResponse first;
+  auto running = std::async(std::launch::async, [&] { return Predict("a", 5.0f, &first); });
+  fake_.AwaitRunning(1);  // admitted, holding a's handle, inside Run
+  ASSERT_TRUE(manager_->Unload("a").ok());
+
+  v1::PredictResponse later;
+  grpc::Status refused = Predict("a", 1.0f, &later);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("model_name \"a\" is not loaded; loaded: b [1]"));
+  EXPECT_EQ(alive_.load(), 2) << "a was freed under its running request";
+  EXPECT_FALSE(manager_->WaitUntilReleased("a", absl::ZeroDuration()));
+
+  fake_.OpenGate();
+  grpc::Status s = running.get();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(first.model_name(), "a");
+  EXPECT_FLOAT_EQ(reinterpret_cast<const float*>(first.outputs(0).data().data())[0], 10.0f);
+  EXPECT_TRUE(manager_->WaitUntilReleased("a", absl::Seconds(10)));
+  EXPECT_EQ(alive_.load(), 1);
+}
+
+}  // namespace
+}  // namespace metalserve
+
+namespace metalserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(BatchingForTest, ModelSettingsOverrideTheFlagsAndKeepTheRest) {
+  BatcherOptions flags;
+  flags.max_batch_size = 32;
+  flags.allowed_batch_sizes = {1, 8, 32};
+  flags.max_queue_delay = absl::Milliseconds(2);
+  flags.max_queue_size = 1024;
+  ModelSettings s;
+  s.max_batch_size = 16;
+  s.max_queue_delay = absl::Microseconds(500);
+  absl::StatusOr<BatcherOptions> b = BatchingFor(flags, s, "/repo/m/config.json");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->max_batch_size, 16);
+  // The flags' padding sizes above the model's largest batch are dropped.
+  EXPECT_EQ(b->allowed_batch_sizes, (std::vector<int64_t>{1, 8, 16}));
+  EXPECT_EQ(b->max_queue_delay, absl::Microseconds(500));
+  EXPECT_EQ(b->max_queue_size, 1024);
+}
+
+TEST(BatchingForTest, SettingsThatDoNotFitTheFlagsNameTheConfigFile) {
+  BatcherOptions flags;
+  flags.max_batch_size = 32;
+  flags.max_queue_size = 64;
+  ModelSettings s;
+  s.allowed_batch_sizes = {1, 4};  // the last is not max_batch_size 32
+  absl::StatusOr<BatcherOptions> b = BatchingFor(flags, s, "/repo/m/config.json");
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(b.status().message(), HasSubstr("/repo/m/config.json"));
+}
+
+}  // namespace
+}  // namespace metalserve
