@@ -55,7 +55,7 @@ std::vector<UnreadResponses::Cut> UnreadResponses::Add(uint64_t call, const std:
 
 void UnreadResponses::CutOldestLocked(const std::string* peer, Reason reason, absl::Time now,
                                       std::vector<Cut>* cuts) {
-  auto over = [&] {
+  auto over = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return peer != nullptr ? peer_bytes_[*peer] > options_.max_bytes_per_connection
                            : total_bytes_ > options_.max_bytes;
   };
