@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/half_float.h"
 #include "nlohmann/json.hpp"
 
 namespace metalserve::client {
@@ -16,25 +17,6 @@ T Load(const char* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
-}
-
-float HalfToFloat(uint16_t h) {
-  const int exp = (h >> 10) & 0x1F;
-  const int mant = h & 0x3FF;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);
-  } else if (exp == 31) {
-    v = mant == 0 ? INFINITY : NAN;
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
-  }
-  return (h & 0x8000) != 0 ? -v : v;
-}
-
-float Bf16ToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  return Load<float>(reinterpret_cast<const char*>(&bits));
 }
 
 // Appends every element of `raw` as a JSON value of `datatype`.
@@ -54,7 +36,7 @@ absl::Status AppendData(absl::string_view datatype, absl::string_view raw, Json&
     return HalfToFloat(Load<uint16_t>(p));
   });
   else if (datatype == "BF16") each(2, [](const char* p) {
-    return Bf16ToFloat(Load<uint16_t>(p));
+    return BFloat16ToFloat(Load<uint16_t>(p));
   });
   else {
     return absl::InvalidArgumentError(absl::StrCat(

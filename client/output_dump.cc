@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/half_float.h"
 #include "nlohmann/json.hpp"
 
 namespace metalserve::client {
@@ -17,28 +18,6 @@ T Load(const char* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
-}
-
-float HalfToFloat(uint16_t h) {
-  const int sign = (h >> 15) & 1;
-  const int exp = (h >> 10) & 0x1f;
-  const int mant = h & 0x3ff;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);
-  } else if (exp == 31) {
-    v = mant == 0 ? INFINITY : NAN;
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
-  }
-  return sign ? -v : v;
-}
-
-float Bf16ToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 using Json = nlohmann::ordered_json;
@@ -73,7 +52,7 @@ Json Element(const std::string& dt, const char* p) {
   if (dt == "FP32") return Num(Load<float>(p), 9);
   if (dt == "FP64") return Num(Load<double>(p), 17);
   if (dt == "FP16") return Num(HalfToFloat(Load<uint16_t>(p)), 9);
-  if (dt == "BF16") return Num(Bf16ToFloat(Load<uint16_t>(p)), 9);
+  if (dt == "BF16") return Num(BFloat16ToFloat(Load<uint16_t>(p)), 9);
   if (dt == "INT64") return Load<int64_t>(p);
   if (dt == "INT32") return Load<int32_t>(p);
   if (dt == "INT8") return Load<int8_t>(p);
