@@ -78,19 +78,6 @@ struct Expected {
   std::vector<at::Tensor> outputs;
 };
 
-// The warm-up batch sizes, each once, ascending, and the comparison settings.
-VerifyOptions PackageVerifyOptions(const RuntimeOptions& options, const std::string& precision) {
-  VerifyOptions verify;
-  verify.batch_sizes = options.warmup_batch_sizes;
-  std::sort(verify.batch_sizes.begin(), verify.batch_sizes.end());
-  verify.batch_sizes.erase(std::unique(verify.batch_sizes.begin(), verify.batch_sizes.end()),
-                           verify.batch_sizes.end());
-  verify.tolerance = options.verify_tolerance;
-  verify.batch_invariance = options.verify_batch_invariance;
-  verify.precision = precision;
-  return verify;
-}
-
 // The TorchScript model to verify against: the one given, else <model>.pt
 // beside the package; "" when there is none.
 std::string ReferenceModel(const RuntimeOptions& options) {
@@ -261,7 +248,7 @@ absl::Status TorchRunner::CheckPackageOutputs(const ModelSignature& declared) {
 // file comment.
 absl::Status TorchRunner::VerifyPackage(const RuntimeOptions& options) {
   const absl::Time start = clock_->TimeNow();
-  const VerifyOptions verify = PackageVerifyOptions(options, info_.precision);
+  const VerifyOptions verify = WarmupVerifyOptions(options, info_.precision);
   const std::string sizes = absl::StrJoin(verify.batch_sizes, ",");
   GraphVerifier verifier(*path_, verify, clock_);
   const CompareForward package = [this](const std::vector<at::Tensor>& in)

@@ -134,6 +134,11 @@ class TorchRunner final : public Runner {
   std::unique_ptr<CachePolicy> cache_policy_;
 };
 
+// The comparison settings for a load's verification: each distinct warm-up
+// batch size once, ascending, with the options' tolerance and
+// batch-invariance check, at `precision`.
+VerifyOptions WarmupVerifyOptions(const RuntimeOptions& options, const std::string& precision);
+
 }  // namespace metalserve::torch_internal
 
 #endif  // METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_INTERNAL_H_

@@ -113,6 +113,25 @@ Level LevelNamed(const std::string& name) {
 
 }  // namespace
 
+// Verified at each distinct warm-up size once: a repeated size proves
+// nothing new. Not at fewer distinct sizes: oneDNN and cuDNN choose their
+// kernels by shape, and the known fault (optimize_for_inference on
+// mobilenet_v3_small, LibTorch 1.13) depended on the batch, so a size not
+// compared is not proven. Rows in a batch are compared with the same rows
+// forwarded alone (batch 1), which the batch-1 comparison already covers.
+// What saves the time on a restart is the verification cache.
+VerifyOptions WarmupVerifyOptions(const RuntimeOptions& options, const std::string& precision) {
+  VerifyOptions verify;
+  verify.batch_sizes = options.warmup_batch_sizes;
+  std::sort(verify.batch_sizes.begin(), verify.batch_sizes.end());
+  verify.batch_sizes.erase(std::unique(verify.batch_sizes.begin(), verify.batch_sizes.end()),
+                           verify.batch_sizes.end());
+  verify.tolerance = options.verify_tolerance;
+  verify.batch_invariance = options.verify_batch_invariance;
+  verify.precision = precision;
+  return verify;
+}
+
 absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
     const RuntimeOptions& options) {
   Clock* clock = options.clock != nullptr ? options.clock : Clock::RealClock();
@@ -198,21 +217,7 @@ absl::Status TorchRunner::Load(const RuntimeOptions& options, Level level,
   start = clock_->TimeNow();
   RETURN_IF_ERROR(BindSignature(plain32, options, declared, signature_path));
   ReportPhase(options, "signature", clock_->TimeNow() - start);
-  VerifyOptions verify;
-  // Verified at each distinct warm-up size once: a repeated size proves
-  // nothing new. Not at fewer distinct sizes: oneDNN and cuDNN choose their
-  // kernels by shape, and the known fault (optimize_for_inference on
-  // mobilenet_v3_small, LibTorch 1.13) depended on the batch, so a size not
-  // compared is not proven. Rows in a batch are compared with the same rows
-  // forwarded alone (batch 1), which the batch-1 comparison already covers.
-  // What saves the time on a restart is the verification cache.
-  verify.batch_sizes = options.warmup_batch_sizes;
-  std::sort(verify.batch_sizes.begin(), verify.batch_sizes.end());
-  verify.batch_sizes.erase(std::unique(verify.batch_sizes.begin(), verify.batch_sizes.end()),
-                           verify.batch_sizes.end());
-  verify.tolerance = options.verify_tolerance;
-  verify.batch_invariance = options.verify_batch_invariance;
-  verify.precision = options.precision;
+  VerifyOptions verify = WarmupVerifyOptions(options, options.precision);
   GraphVerifier verifier(*path_, std::move(verify), clock_);
   ASSIGN_OR_RETURN(VerifiedGraph graph, OptimizeOrReuse(options, level, plain32, verifier));
   ReportPhase(options, "optimize", graph.optimize_time);
