@@ -66,25 +66,30 @@ std::string NormalizeFlagFile(absl::string_view file,
   return std::string(file);
 }
 
-std::string FlagsHelpText(absl::string_view relative_main) {
-  std::vector<const absl::CommandLineFlag*> flags;
-  for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (flag->Filename() == relative_main) flags.push_back(flag);
-  }
-  std::sort(flags.begin(), flags.end(), [](const auto* a, const auto* b) {
-    return a->Name() < b->Name();
-  });
-  std::string out = absl::StrCat(absl::ProgramUsageMessage(),
-                                 "\n\n  Flags from ", relative_main, ":\n");
-  for (const absl::CommandLineFlag* flag : flags) {
-    std::string value = flag->DefaultValue();
-    if (flag->IsOfType<std::string>()) value = absl::StrCat("\"", value, "\"");
-    out += "    ";
-    AppendWrapped(out,
-                  absl::StrCat("--", flag->Name(), " (", flag->Help(),
-                               "); default: ", value, ";"),
-                  4, 6);
-    out += '\n';
+std::string FlagsHelpText(absl::string_view relative_main,
+                          const std::vector<std::string>& more_files) {
+  std::string out(absl::ProgramUsageMessage());
+  std::vector<std::string> files = {std::string(relative_main)};
+  files.insert(files.end(), more_files.begin(), more_files.end());
+  for (const std::string& file : files) {
+    std::vector<const absl::CommandLineFlag*> flags;
+    for (const auto& [name, flag] : absl::GetAllFlags()) {
+      if (flag->Filename() == file) flags.push_back(flag);
+    }
+    std::sort(flags.begin(), flags.end(), [](const auto* a, const auto* b) {
+      return a->Name() < b->Name();
+    });
+    absl::StrAppend(&out, "\n\n  Flags from ", file, ":\n");
+    for (const absl::CommandLineFlag* flag : flags) {
+      std::string value = flag->DefaultValue();
+      if (flag->IsOfType<std::string>()) value = absl::StrCat("\"", value, "\"");
+      out += "    ";
+      AppendWrapped(out,
+                    absl::StrCat("--", flag->Name(), " (", flag->Help(),
+                                 "); default: ", value, ";"),
+                    4, 6);
+      out += '\n';
+    }
   }
   absl::StrAppend(&out, "\nTry --helpfull for every flag, including "
                         "Abseil's (--flagfile, --fromenv, ...).\n");
@@ -92,11 +97,13 @@ std::string FlagsHelpText(absl::string_view relative_main) {
 }
 
 void ConfigureFlagsHelp(int argc, char** argv, absl::string_view main_file,
-                        absl::string_view relative_main) {
+                        absl::string_view relative_main,
+                        const std::vector<std::string>& more_files) {
   const std::string main(main_file), relative(relative_main);
   absl::FlagsUsageConfig config;
-  config.contains_help_flags = [relative](absl::string_view file) {
-    return file == relative;
+  config.contains_help_flags = [relative, more_files](absl::string_view file) {
+    return file == relative ||
+           std::find(more_files.begin(), more_files.end(), file) != more_files.end();
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.normalize_filename = [main, relative](absl::string_view file) {
@@ -104,7 +111,7 @@ void ConfigureFlagsHelp(int argc, char** argv, absl::string_view main_file,
   };
   absl::SetFlagsUsageConfig(config);
   if (AsksForHelp(argc, argv)) {
-    std::cout << FlagsHelpText(relative_main) << std::flush;
+    std::cout << FlagsHelpText(relative_main, more_files) << std::flush;
     std::exit(0);
   }
 }

@@ -15,6 +15,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -25,13 +26,18 @@ namespace metalserve {
 // ("server/main.cc"). Sets Abseil's usage configuration, then, when argv
 // holds `--help` or `-help` (without `=`) before any `--`, prints the
 // program usage message and the flags of `relative_main` to stdout and
-// exits 0. Call after absl::SetProgramUsageMessage.
+// exits 0. Call after absl::SetProgramUsageMessage. `more_files` (paths in
+// the repository, like relative_main) hold more of the program's own flags,
+// listed after main's.
 void ConfigureFlagsHelp(int argc, char** argv, absl::string_view main_file,
-                        absl::string_view relative_main);
+                        absl::string_view relative_main,
+                        const std::vector<std::string>& more_files = {});
 
 // The `--help` text: usage message, then each flag of `relative_main`
-// (sorted by name) with its help text and default. Exposed for tests.
-std::string FlagsHelpText(absl::string_view relative_main);
+// (sorted by name) with its help text and default, then those of each of
+// `more_files`. Exposed for tests.
+std::string FlagsHelpText(absl::string_view relative_main,
+                          const std::vector<std::string>& more_files = {});
 
 // The file name as --helpfull shows it: `file` with the source tree prefix
 // (`main_file` minus `relative_main`) removed, or with leading '/' removed

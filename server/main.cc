@@ -26,6 +26,7 @@
 #include "server/metrics/metrics.h"
 #include "server/model_loading.h"
 #include "server/process_setup.h"
+#include "server/scheduling_flags.h"
 #include "server/model_config/model_config.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
@@ -42,6 +43,9 @@ ABSL_FLAG(std::string, model, METALSERVE_DEFAULT_MODEL,
 ABSL_FLAG(std::string, model_repository, "",
           "Model repository folder DIR/<model>/<version>/model.pt with DIR/<model>/config.json "
           "(docs/repository.md); when set, --model is not used. Default empty: serve --model");
+ABSL_FLAG(int64_t, device_memory_budget, 0,
+          "With --model_repository: bytes of memory each device may hold for loaded model "
+          "versions; a load that would pass it is refused with RESOURCE_EXHAUSTED. 0 = off");
 ABSL_FLAG(std::string, model_control, "none",
           "With --model_repository: none (SIGHUP rescans), explicit (also the KServe "
           "RepositoryModelLoad/Unload RPCs) or poll (rescan every --repository_poll_interval)");
@@ -87,31 +91,6 @@ ABSL_FLAG(int64_t, max_batch_size, 32, "Most rows in one model batch");
 ABSL_FLAG(absl::Duration, max_queue_delay, absl::Milliseconds(2),
           "Longest wait of the oldest queued request for its batch to fill (e.g. 2ms); "
           "with --batching=adaptive the upper bound of the wait");
-ABSL_FLAG(std::string, batching, "adaptive",
-          "Batch closing policy: adaptive (close a partial batch as soon as waiting is "
-          "not expected to pay, from the measured arrival rate and batch cost; "
-          "--max_queue_delay bounds the wait) or fixed (wait --max_queue_delay in full)");
-ABSL_FLAG(absl::Duration, latency_target, absl::ZeroDuration(),
-          "End-to-end latency target (e.g. 20ms); 0 = none. Batches are sized and closed to "
-          "meet it and a request estimated to finish after it (or its deadline) is refused "
-          "at once with DEADLINE_EXCEEDED; below the measured batch-1 cost: start-up error");
-ABSL_FLAG(int, priority_levels, 1,
-          "Priority levels a request may ask for, 1 = highest (native field priority, "
-          "KServe parameters[\"priority\"]); out of range: INVALID_ARGUMENT");
-ABSL_FLAG(int, default_priority, 0,
-          "Level of a request that asks for none; 0 = the lowest (--priority_levels)");
-ABSL_FLAG(std::vector<std::string>, priority_queue_rows, {},
-          "Per level (first = level 1), most rows of that level waiting; 0 or missing = "
-          "only --max_queue_size bounds it (e.g. 64,0,0)");
-ABSL_FLAG(std::vector<std::string>, priority_timeout, {},
-          "Per level (first = level 1), how long a request of that level without an earlier "
-          "deadline may wait (e.g. 50ms,1s); 0 or missing = no limit");
-ABSL_FLAG(int, priority_share_every, 4,
-          "Starvation bound: while lower priorities wait they head at least one batch in "
-          "every N (>= 2)");
-ABSL_FLAG(int64_t, max_request_rows, 0,
-          "Most rows one request may have; one of more than --max_batch_size rows is "
-          "split into batches and reassembled. 0 = --max_queue_size");
 ABSL_FLAG(std::vector<std::string>, allowed_batch_sizes, {},
           "Batch sizes batches are padded to, ascending, last = max_batch_size "
           "(e.g. 1,2,4,8,16,32); empty: no padding");
@@ -177,6 +156,7 @@ using metalserve::DumpMetrics;
 using metalserve::KeepLargeBlocksInHeap;
 using metalserve::LogModel;
 using metalserve::ParseSizes;
+using metalserve::SchedulingFromFlags;
 
 // Set by the handlers, read by the main thread's polling loops (every 20 ms).
 volatile std::sig_atomic_t g_signal = 0;        // last SIGTERM/SIGINT
@@ -190,27 +170,6 @@ void OnSignal(int sig) {
 }
 void OnDump(int) { g_dump = 1; }
 constexpr absl::Duration kSignalPoll = absl::Milliseconds(20);
-
-// The scheduling policy's flags: --batching, --max_request_rows,
-// --latency_target, priorities.
-void SchedulingFromFlags(metalserve::BatcherOptions* b) {
-  if (const std::string p = absl::GetFlag(FLAGS_batching); p == "adaptive" || p == "fixed") {
-    b->policy = p == "adaptive" ? metalserve::BatchingPolicy::kAdaptive
-                                : metalserve::BatchingPolicy::kFixed;
-  } else {
-    LOG(ERROR) << "flags: --batching must be adaptive or fixed, got '" << p << "'";
-    std::exit(2);
-  }
-  b->max_request_rows = absl::GetFlag(FLAGS_max_request_rows);
-  b->latency_target = absl::GetFlag(FLAGS_latency_target);
-  b->priority_levels = absl::GetFlag(FLAGS_priority_levels);
-  b->default_priority = absl::GetFlag(FLAGS_default_priority);
-  b->priority_queue_rows =
-      ParseSizes(absl::GetFlag(FLAGS_priority_queue_rows), "--priority_queue_rows");
-  b->priority_timeouts =
-      ParseDurations(absl::GetFlag(FLAGS_priority_timeout), "--priority_timeout");
-  b->lower_priority_share_every = absl::GetFlag(FLAGS_priority_share_every);
-}
 
 // Installed before anything slow (the model load), so that SIGTERM/SIGINT
 // always lead to a clean exit 0 and SIGUSR1 never kills the process.
@@ -456,7 +415,9 @@ std::unique_ptr<metalserve::RepositoryServing> RepositoryOrExit(
   metalserve::ModelServableFactory::Options f{.batching = so.batching,
                                               .device_concurrency = so.device_concurrency,
                                               .metrics = metrics};
-  auto r = OrDie(metalserve::StartRepository(o, std::move(f), ro), "--model_repository");
+  auto r = OrDie(metalserve::StartRepository(o, std::move(f), ro,
+                                             absl::GetFlag(FLAGS_device_memory_budget)),
+                 "--model_repository");
   metrics->SetBuildInfo(METALSERVE_VERSION, "", ro.device, o.root);
   return r;
 }
@@ -469,7 +430,8 @@ int main(int argc, char** argv) {
       "reflection) behind a dynamic batcher, with Prometheus metrics.\n"
       "Usage: metalserve [--model=path.pt | --model_repository=DIR] "
       "[--address=127.0.0.1:8500] ...");
-  metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "server/main.cc");
+  metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "server/main.cc",
+                                 {metalserve::kSchedulingFlagsFile});
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

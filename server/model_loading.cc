@@ -86,9 +86,14 @@ std::function<void(const std::vector<VersionStatus>&)> ModelStatesToMetrics(Metr
 
 absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(
     ModelRepository::Options options, ModelServableFactory::Options factory,
-    const RuntimeOptions& runtime) {
+    const RuntimeOptions& runtime, int64_t device_memory_budget) {
   auto r = std::make_unique<RepositoryServing>();
   r->threads.For(runtime.device);  // the flags' device thread exists from the start
+  ASSIGN_OR_RETURN(r->memory_budget,
+                   MemoryBudget::Create({.budget_bytes = device_memory_budget}));
+  factory.memory_budget = r->memory_budget.get();
+  factory.device = runtime.device;
+  factory.precision = runtime.precision;
   factory.make_runner = TorchRunnerMaker(runtime, &r->threads);
   ASSIGN_OR_RETURN(r->factory, ModelServableFactory::Create(std::move(factory)));
   options.factory = r->factory.get();

@@ -70,6 +70,7 @@ std::function<void(const std::vector<VersionStatus>&)> ModelStatesToMetrics(Metr
 // it is torn down (the rescanner first, the device threads last).
 struct RepositoryServing {
   DeviceThreads threads;
+  std::unique_ptr<MemoryBudget> memory_budget;  // outlives every servable
   std::unique_ptr<ModelServableFactory> factory;
   std::unique_ptr<ModelRepository> repository;  // waits for every handle
   std::unique_ptr<ManagerLookup> lookup;
@@ -79,10 +80,11 @@ struct RepositoryServing {
 // Loads the repository of `options` (root, control, poll interval; its
 // factory is made here from `factory` with TorchRunnerMaker(`runtime`)).
 // The repository's errors; a model that fails to load is logged and listed
-// by the index while the others serve.
+// by the index while the others serve. `device_memory_budget`: bytes each
+// device may hold (memory_budget.h); 0 = no limit.
 absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(
     ModelRepository::Options options, ModelServableFactory::Options factory,
-    const RuntimeOptions& runtime);
+    const RuntimeOptions& runtime, int64_t device_memory_budget = 0);
 
 }  // namespace metalserve
 

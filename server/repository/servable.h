@@ -23,6 +23,7 @@
 #define METALSERVE_SERVER_REPOSITORY_SERVABLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -44,7 +45,19 @@ class Servable {
  public:
   // Runs on the manager's release thread once no handle is left: a servable
   // with a queue finds it empty by then (every queued request held a handle).
-  virtual ~Servable() = default;
+  // Then runs the hook set by RunWhenFreed, if any.
+  virtual ~Servable() {
+    if (when_freed_) when_freed_();
+  }
+
+  // `hook` runs once the servable has been destroyed (after the derived
+  // class's destructor freed the model): the factory gives the version's
+  // memory back to the device budget this way. Set it before handing the
+  // servable to the manager.
+  void RunWhenFreed(std::function<void()> hook) { when_freed_ = std::move(hook); }
+
+ private:
+  std::function<void()> when_freed_;
 };
 
 // A servable together with the version it is, as the manager shares it.

@@ -1,5 +1,6 @@
 #include "server/service/servable_factory.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 
@@ -73,9 +74,19 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::LoadVersion(
     r.warmup_batch_sizes = {1};
     if (batching.max_batch_size > 1) r.warmup_batch_sizes.push_back(batching.max_batch_size);
   }
+  if (options_.memory_budget == nullptr) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ModelServable> servable,
+                     LoadServable(r, std::move(batching)));
+    return std::unique_ptr<Servable>(std::move(servable));
+  }
+  return LoadWithinBudget(r, std::move(batching));
+}
+
+absl::StatusOr<std::unique_ptr<ModelServable>> ModelServableFactory::LoadServable(
+    const RunnerSpec& r, BatcherOptions batching) {
   ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, options_.make_runner(r));
   const ModelInfo& info = runner->info();
-  LOG(INFO) << "loaded " << spec.id.ToString() << " on " << info.device << " ("
+  LOG(INFO) << "loaded " << r.id.ToString() << " on " << info.device << " ("
             << info.precision << ", optimize=" << info.optimization << ") in "
             << absl::FormatDuration(info.load_time) << ", warmed up in "
             << absl::FormatDuration(info.warmup_time) << "; max_batch_size="
@@ -83,9 +94,40 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::LoadVersion(
   ModelServable::Options mo{.batching = std::move(batching),
                             .device_concurrency = options_.device_concurrency,
                             .metrics = options_.metrics, .clock = options_.clock};
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelServable> servable,
-                   ModelServable::Create(std::shared_ptr<Runner>(std::move(runner)), mo));
-  return std::unique_ptr<Servable>(std::move(servable));
+  return ModelServable::Create(std::shared_ptr<Runner>(std::move(runner)), mo);
+}
+
+absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::LoadWithinBudget(
+    const RunnerSpec& r, BatcherOptions batching) {
+  MemoryBudget* budget = options_.memory_budget;
+  const std::string device = r.settings.device.value_or(options_.device);
+  const std::string precision = r.settings.precision.value_or(options_.precision);
+  std::error_code error;
+  const auto file_size = std::filesystem::file_size(r.model_path, error);
+  const int64_t file_bytes = error ? 0 : static_cast<int64_t>(file_size);
+  const int64_t estimate = EstimateLoadBytes(file_bytes, precision, r.signature.inputs,
+                                             r.signature.outputs, batching.max_batch_size);
+  ASSIGN_OR_RETURN(const uint64_t ticket, budget->Reserve(r.id, device, estimate));
+  const int64_t rss_before = ResidentBytes();
+  absl::StatusOr<std::unique_ptr<ModelServable>> servable = LoadServable(r, std::move(batching));
+  if (!servable.ok()) {
+    budget->Release(ticket);
+    return servable.status();
+  }
+  const int64_t rss_after = ResidentBytes();
+  int64_t figure = estimate;
+  std::string measured = "not measured on this device";
+  if ((*servable)->info().device == "cpu" && rss_before >= 0 && rss_after >= 0) {
+    figure = std::max(estimate, rss_after - rss_before);
+    measured = absl::StrCat("resident set grew ", FormatMiB(rss_after - rss_before));
+  }
+  budget->Correct(ticket, figure);
+  LOG(INFO) << "memory of " << r.id.ToString() << " on " << device << ": estimated "
+            << FormatMiB(estimate) << ", " << measured << "; counted " << FormatMiB(figure)
+            << "; device " << device << " holds " << FormatMiB(budget->Used(device))
+            << " of its " << FormatMiB(budget->budget_bytes()) << " budget";
+  (*servable)->RunWhenFreed([budget, ticket] { budget->Release(ticket); });
+  return std::unique_ptr<Servable>(*std::move(servable));
 }
 
 }  // namespace metalserve

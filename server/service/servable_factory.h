@@ -13,6 +13,17 @@
 // The service target is torch-free, so the runtime's options are filled by
 // the RunnerMaker (main), from RunnerSpec.
 //
+// Memory admission: with Options::memory_budget, a load first reserves its
+// estimate (EstimateLoadBytes: the file's size, the precision, the batch
+// buffers for max_batch_size rows) on its device and is refused with
+// ResourceExhausted naming the figures when the budget would be passed.
+// After the load the figure becomes what the load measured: on CPU the
+// growth of the process's resident set, but never less than the estimate
+// (RSS growth hides pages that the allocator reused from an earlier free:
+// main keeps large freed blocks in the heap); on other devices the estimate
+// stays. Both are logged. The figure is given back when the servable is
+// destroyed (its last handle released).
+//
 // Metrics: every Load is counted in model_loads_total{model,outcome}.
 //
 // Thread-safety: Load may be called from several control threads at once
@@ -30,11 +41,14 @@
 #include "server/batcher/batch_queue.h"
 #include "server/metrics/metrics.h"
 #include "server/model_config/repository_config.h"
+#include "server/repository/memory_budget.h"
 #include "server/repository/servable.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/runner.h"
 
 namespace metalserve {
+
+class ModelServable;
 
 // What a RunnerMaker needs to load one version.
 struct RunnerSpec {
@@ -69,6 +83,12 @@ class ModelServableFactory final : public ServableFactory {
     Metrics* metrics = nullptr;  // may be null; not owned
     Clock* clock = nullptr;      // null: the real clock; not owned
     RunnerMaker make_runner;     // required
+    // Device memory admission (memory_budget.h); null: none. Not owned.
+    MemoryBudget* memory_budget = nullptr;
+    // The flags' device and precision, for models whose config.json sets
+    // none: the budget is kept per device name as asked ("auto" included).
+    std::string device = "auto";
+    std::string precision = "fp32";
   };
   // InvalidArgument without make_runner or with invalid batching.
   static absl::StatusOr<std::unique_ptr<ModelServableFactory>> Create(Options options);
@@ -79,6 +99,14 @@ class ModelServableFactory final : public ServableFactory {
   explicit ModelServableFactory(Options options) : options_(std::move(options)) {}
   // Load without the metrics.
   absl::StatusOr<std::unique_ptr<Servable>> LoadVersion(const LoadSpec& spec);
+  // Load without the metrics and the memory admission.
+  absl::StatusOr<std::unique_ptr<ModelServable>> LoadServable(const RunnerSpec& r,
+                                                              BatcherOptions batching);
+  // Reserves the version's estimate on its device (ResourceExhausted naming
+  // the figures when it does not fit), loads it, corrects the figure with
+  // what the load measured and gives it back when the servable is freed.
+  absl::StatusOr<std::unique_ptr<Servable>> LoadWithinBudget(const RunnerSpec& r,
+                                                             BatcherOptions batching);
   const Options options_;
 };
 

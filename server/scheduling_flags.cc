@@ -1,0 +1,60 @@
+// The scheduling policy's flags, defined here to keep main.cc short; main
+// lists them in --help beside its own (ConfigureFlagsHelp's extra files).
+#include "server/scheduling_flags.h"
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+#include "server/flag_lists.h"
+
+ABSL_FLAG(std::string, batching, "adaptive",
+          "Batch closing policy: adaptive (close a partial batch as soon as waiting is "
+          "not expected to pay, from the measured arrival rate and batch cost; "
+          "--max_queue_delay bounds the wait) or fixed (wait --max_queue_delay in full)");
+ABSL_FLAG(absl::Duration, latency_target, absl::ZeroDuration(),
+          "End-to-end latency target (e.g. 20ms); 0 = none. Batches are sized and closed to "
+          "meet it and a request estimated to finish after it (or its deadline) is refused "
+          "at once with DEADLINE_EXCEEDED; below the measured batch-1 cost: start-up error");
+ABSL_FLAG(int, priority_levels, 1,
+          "Priority levels a request may ask for, 1 = highest (native field priority, "
+          "KServe parameters[\"priority\"]); out of range: INVALID_ARGUMENT");
+ABSL_FLAG(int, default_priority, 0,
+          "Level of a request that asks for none; 0 = the lowest (--priority_levels)");
+ABSL_FLAG(std::vector<std::string>, priority_queue_rows, {},
+          "Per level (first = level 1), most rows of that level waiting; 0 or missing = "
+          "only --max_queue_size bounds it (e.g. 64,0,0)");
+ABSL_FLAG(std::vector<std::string>, priority_timeout, {},
+          "Per level (first = level 1), how long a request of that level without an earlier "
+          "deadline may wait (e.g. 50ms,1s); 0 or missing = no limit");
+ABSL_FLAG(int, priority_share_every, 4,
+          "Starvation bound: while lower priorities wait they head at least one batch in "
+          "every N (>= 2)");
+ABSL_FLAG(int64_t, max_request_rows, 0,
+          "Most rows one request may have; one of more than --max_batch_size rows is "
+          "split into batches and reassembled. 0 = --max_queue_size");
+
+namespace metalserve {
+
+void SchedulingFromFlags(BatcherOptions* b) {
+  if (const std::string p = absl::GetFlag(FLAGS_batching); p == "adaptive" || p == "fixed") {
+    b->policy = p == "adaptive" ? BatchingPolicy::kAdaptive : BatchingPolicy::kFixed;
+  } else {
+    LOG(ERROR) << "flags: --batching must be adaptive or fixed, got '" << p << "'";
+    std::exit(2);
+  }
+  b->max_request_rows = absl::GetFlag(FLAGS_max_request_rows);
+  b->latency_target = absl::GetFlag(FLAGS_latency_target);
+  b->priority_levels = absl::GetFlag(FLAGS_priority_levels);
+  b->default_priority = absl::GetFlag(FLAGS_default_priority);
+  b->priority_queue_rows =
+      ParseSizes(absl::GetFlag(FLAGS_priority_queue_rows), "--priority_queue_rows");
+  b->priority_timeouts =
+      ParseDurations(absl::GetFlag(FLAGS_priority_timeout), "--priority_timeout");
+  b->lower_priority_share_every = absl::GetFlag(FLAGS_priority_share_every);
+}
+
+}  // namespace metalserve
