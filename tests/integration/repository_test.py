@@ -256,6 +256,10 @@ class Repository(unittest.TestCase):
                                      outcome="failed"), 1.0)
         self.assertEqual(self.metric("metalserve_model_loads_total", model="identity",
                                      outcome="ok"), 1.0)
+        # Over REST: the same error, naming the file (INVALID_ARGUMENT: 400).
+        status, err = self.rest("/v2/repository/models/identity/load", timeout=120)
+        self.assertEqual(status, 400)  # INVALID_ARGUMENT, as on gRPC
+        self.assertIn(os.path.join("identity", "2", "model.pt"), err["error"])
 
     def test_bad_requests_name_the_value_and_what_is_loaded(self):
         for model, version in (("nope", ""), ("identity", "9")):
