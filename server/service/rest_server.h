@@ -34,7 +34,8 @@
 // Ownership: does not own the lookup or metrics; they must outlive it. Thread-safety: StopAccepting() and the destructor may be called from
 // any thread (not concurrently with each other). Destruction waits until
 // every request handed to the batcher is answered (call it after the
-// batcher's Shutdown, which answers them), then closes every connection and
+// batcher's Shutdown, which answers them) and a running repository load or
+// unload is done, then closes every connection and
 // joins the polling threads.
 #ifndef METALSERVE_SERVER_SERVICE_REST_SERVER_H_
 #define METALSERVE_SERVER_SERVICE_REST_SERVER_H_
