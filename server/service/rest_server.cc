@@ -248,6 +248,7 @@ RestServer::~RestServer() {
     mu_.Await(absl::Condition(
         +[](std::atomic<int64_t>* n) { return n->load() == 0; }, &suspended_));
   }
+  JoinRepositoryWorker();  // it has resumed its connection: it is done
   MHD_stop_daemon(daemon_);
   if (listen_fd_ >= 0) close(listen_fd_);
 }
@@ -315,7 +316,11 @@ namespace {
 
 // A parsed /v2 path.
 struct Route {
-  enum Kind { kNone, kLive, kReady, kServer, kModel, kModelReady, kModelConfig, kInfer };
+  enum Kind {
+    kNone, kLive, kReady, kServer, kModel, kModelReady, kModelConfig, kInfer,
+    kRepositoryIndex, kRepositoryLoad, kRepositoryUnload
+  };
+  bool post() const { return kind == kInfer || kind >= kRepositoryIndex; }
   Kind kind = kNone;
   std::string name;     // model name
   std::string version;  // empty: any
@@ -328,6 +333,12 @@ Route ParseRoute(const char* url) {
   if (p.size() == 1) r.kind = Route::kServer;
   if (p.size() == 3 && p[1] == "health" && p[2] == "live") r.kind = Route::kLive;
   if (p.size() == 3 && p[1] == "health" && p[2] == "ready") r.kind = Route::kReady;
+  if (p.size() == 3 && p[1] == "repository" && p[2] == "index") r.kind = Route::kRepositoryIndex;
+  if (p.size() == 5 && p[1] == "repository" && p[2] == "models") {
+    r.name = p[3];
+    if (p[4] == "load") r.kind = Route::kRepositoryLoad;
+    if (p[4] == "unload") r.kind = Route::kRepositoryUnload;
+  }
   if (p.size() < 3 || p[1] != "models") return r;
   r.name = p[2];
   size_t next = 3;
@@ -397,19 +408,24 @@ int RestServer::Dispatch(MHD_Connection* connection, Call* call, const char* url
     return Answer(connection, call, "", absl::StatusCode::kNotFound,
                   ErrorAnswer(absl::NotFoundError(absl::StrCat(
                       "no such path: ", ClientText(url),
-                      "; see /v2, /v2/health/{live,ready}, /v2/models/{name}"))));
+                      "; see /v2, /v2/health/{live,ready}, /v2/models/{name}, /v2/repository/index"))));
   }
   const bool post = std::strcmp(method, MHD_HTTP_METHOD_POST) == 0;
   const bool get = std::strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
                    std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-  if (route.kind == Route::kInfer ? !post : !get) {
+  if (route.post() ? !post : !get) {
     RestAnswer a = ErrorAnswer(absl::InvalidArgumentError(
         absl::StrCat("method ", ClientText(method), " is not allowed on ", ClientText(url),
-                     "; use ", route.kind == Route::kInfer ? "POST" : "GET")));
+                     "; use ", route.post() ? "POST" : "GET")));
     a.status = MHD_HTTP_METHOD_NOT_ALLOWED;
     return Answer(connection, call, "", absl::StatusCode::kInvalidArgument, a);
   }
   if (route.kind == Route::kInfer) return Infer(connection, call, route.name, route.version);
+  if (route.kind == Route::kRepositoryIndex) return RepositoryIndex(connection, call);
+  if (route.kind == Route::kRepositoryLoad || route.kind == Route::kRepositoryUnload) {
+    return RepositoryControl(connection, call, route.kind == Route::kRepositoryLoad,
+                             route.name);
+  }
   const bool ready = ready_() && !stopping_.load();
   switch (route.kind) {
     case Route::kLive:
@@ -424,7 +440,7 @@ int RestServer::Dispatch(MHD_Connection* connection, Call* call, const char* url
       return Answer(connection, call, kServerMetadata, absl::StatusCode::kOk,
                     JsonAnswer({{"name", "metalserve"},
                                 {"version", options_.server_version},
-                                {"extensions", {"model_configuration", "binary_tensor_data"}}}));
+                                {"extensions", {"model_configuration", "binary_tensor_data", "model_repository"}}}));
     default: break;
   }
   const absl::StatusOr<ServableHandle> model =

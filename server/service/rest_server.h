@@ -11,6 +11,9 @@
 //   GET  /v2/models/{name}[/versions/{v}]/ready
 //   POST /v2/models/{name}[/versions/{v}]/infer  JSON or binary tensors
 //                                              (rest_codec.h)
+//   POST /v2/repository/index                  [{name, version, state, reason}]
+//   POST /v2/repository/models/{name}/load     Triton's model-repository
+//   POST /v2/repository/models/{name}/unload   extension (rest_repository.cc)
 //
 // Errors are {"error": "..."} with the HTTP status of the gRPC code
 // (HttpStatusOf); the messages are the gRPC path's (kserve_codec.h).
@@ -22,14 +25,17 @@
 // closed; it held a socket and a buffer, never an executor. An infer request
 // is decoded and validated on the polling thread, handed to the batcher, and
 // its connection suspended (it takes no polling time) until the executor
-// answers it and resumes it: no thread waits on a batch. A body above
+// answers it and resumes it: no thread waits on a batch. A repository load
+// or unload runs on one worker thread (a second while one runs is refused
+// 503), its connection suspended the same way. A body above
 // `max_body_bytes` is refused 413 from its Content-Length before it is
 // read; chunked bodies are refused 411.
 //
 // Ownership: does not own the lookup or metrics; they must outlive it. Thread-safety: StopAccepting() and the destructor may be called from
 // any thread (not concurrently with each other). Destruction waits until
 // every request handed to the batcher is answered (call it after the
-// batcher's Shutdown, which answers them), then closes every connection and
+// batcher's Shutdown, which answers them) and a running repository load or
+// unload is done, then closes every connection and
 // joins the polling threads.
 #ifndef METALSERVE_SERVER_SERVICE_REST_SERVER_H_
 #define METALSERVE_SERVER_SERVICE_REST_SERVER_H_
@@ -39,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -52,6 +59,7 @@ struct MHD_Connection;
 
 namespace metalserve {
 class AccessLog;
+class ModelRepository;
 struct RestAnswer;  // rest_call.h
 }  // namespace metalserve
 
@@ -87,6 +95,9 @@ struct RestOptions {
   // Where each infer outcome is logged (method http_ModelInfer, the
   // client's address as peer); null: nowhere. Not owned.
   AccessLog* access_log = nullptr;
+  // Served by /v2/repository/...; null (--model=FILE): the index lists the
+  // one model and load/unload are refused FAILED_PRECONDITION. Not owned.
+  ModelRepository* repository = nullptr;
 };
 
 // The HTTP status for a gRPC-style code: 400 bad input, 404 not found, 503
@@ -134,6 +145,12 @@ class RestServer {
              absl::StatusCode code, const RestAnswer& answer);
   int Infer(MHD_Connection* connection, Call* call, absl::string_view name,
             absl::string_view version);
+  // rest_repository.cc: the index on the polling thread; a load or unload
+  // on repository_worker_, the connection suspended until it is done.
+  int RepositoryIndex(MHD_Connection* connection, Call* call);
+  int RepositoryControl(MHD_Connection* connection, Call* call, bool load,
+                        const std::string& name);
+  void JoinRepositoryWorker();
 
   const RestOptions options_;
   const ModelLookup* const models_;
@@ -144,6 +161,9 @@ class RestServer {
   std::atomic<int64_t> suspended_{0};
   std::atomic<int64_t> buffered_bytes_{0};
   absl::Mutex mu_;  // for waiting on suspended_ to reach 0
+  std::atomic<bool> repository_busy_{false};  // a load or unload is running
+  absl::Mutex worker_mu_;
+  std::thread repository_worker_ ABSL_GUARDED_BY(worker_mu_);
   MHD_Daemon* daemon_ = nullptr;
   int listen_fd_ = -1;
   int port_ = 0;

@@ -181,6 +181,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   RETURN_IF_ERROR(s->StartGrpc(options, creds));
   if (!options.http.address.empty()) {
     ASSIGN_OR_RETURN(RestOptions rest, RestOptionsOf(options));
+    rest.repository = repository;
     KServeService* kserve = s->kserve_.get();
     ASSIGN_OR_RETURN(s->rest_, RestServer::Start(rest, models, metrics, clock,
                                                  [kserve] { return kserve->ready(); }));

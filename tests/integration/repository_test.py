@@ -20,13 +20,21 @@ exported by models/export.py) and --model_control=explicit, on free
     them; ServerMetadata lists the model_repository extension;
   * the native Predict and GetModelMetadata take model_version;
   * SIGHUP rescans: a new version folder is served;
-  * examples/python/repository.py lists, unloads and loads.
+  * examples/python/repository.py lists, unloads and loads;
+  * the same extension over REST (urllib): POST /v2/repository/index lists
+    the models, .../load serves a new version folder (a REST infer reports
+    it), .../unload then infer is 404, parameters are refused 400 naming
+    them; and a load runs off the polling thread: with --http_threads=1,
+    GET /v2/health/live answers within 1 s while a load (a model whose
+    warm-up forwards take seconds) runs, and a second load meanwhile is
+    refused 503.
 
 Needs /usr/bin/python3 with grpcio, grpc_tools and torch. A missing binary,
 model or tool is a failure, not a skip. Everything it starts is stopped;
 every wait is bounded.
 """
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -37,6 +45,9 @@ import tempfile
 import threading
 import time
 import unittest
+
+import urllib.error
+import urllib.request
 
 import grpc
 
@@ -75,11 +86,13 @@ class Repository(unittest.TestCase):
         self.root = os.path.join(self.tmp, self.id().split(".")[-1])
         shutil.copytree(ARGS.repository, self.root)
         port = free_port()
+        self.http_port = free_port()
         self.metrics_port = free_port()
         self.log = self.root + ".log"
         self.server = Process(
             [ARGS.server, f"--model_repository={self.root}", "--model_control=explicit",
-             f"--address=127.0.0.1:{port}", "--http_address=",
+             f"--address=127.0.0.1:{port}", f"--http_address=127.0.0.1:{self.http_port}",
+             "--http_threads=1",
              f"--metrics_address=127.0.0.1:{self.metrics_port}",
              "--device=cpu", "--threads=1", "--cache_dir=none", "--monitor_log_interval=0",
              "--max_batch_size=8", "--max_queue_delay=1ms"], log_path=self.log)
@@ -243,6 +256,10 @@ class Repository(unittest.TestCase):
                                      outcome="failed"), 1.0)
         self.assertEqual(self.metric("metalserve_model_loads_total", model="identity",
                                      outcome="ok"), 1.0)
+        # Over REST: the same error, naming the file (INVALID_ARGUMENT: 400).
+        status, err = self.rest("/v2/repository/models/identity/load", timeout=120)
+        self.assertEqual(status, 400)  # INVALID_ARGUMENT, as on gRPC
+        self.assertIn(os.path.join("identity", "2", "model.pt"), err["error"])
 
     def test_bad_requests_name_the_value_and_what_is_loaded(self):
         for model, version in (("nope", ""), ("identity", "9")):
@@ -308,6 +325,107 @@ class Repository(unittest.TestCase):
         self.assertEqual(run("load", "tiny_cnn").returncode, 0)
         self.assertIn("tiny_cnn\t1\tREADY", run("index", "--ready").stdout)
 
+
+    # --- the model-repository extension over REST ---------------------------
+
+    def rest(self, path, body=None, method="POST", timeout=30):
+        """(status, parsed JSON body) of a request to the REST port."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}", data=data,
+                                     headers={"Content-Type": "application/json"},
+                                     method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def rest_identity(self):
+        return self.rest("/v2/models/identity/infer", {"inputs": [
+            {"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]})
+
+    def test_rest_index_lists_models_and_filters_ready(self):
+        self.assertEqual(self.rest("/v2/repository/models/tiny_cnn/unload"), (200, {}))
+        status, index = self.rest("/v2/repository/index")
+        self.assertEqual(status, 200)
+        self.assertIn({"name": "identity", "version": "1", "state": "READY", "reason": ""},
+                      index)
+        self.assertIn(("tiny_cnn", "UNAVAILABLE"), [(m["name"], m["state"]) for m in index])
+        status, ready = self.rest("/v2/repository/index", {"ready": True})
+        self.assertEqual((status, [(m["name"], m["version"]) for m in ready]),
+                         (200, [("identity", "1")]))
+        status, err = self.rest("/v2/repository/index", {"ready": "yes"})
+        self.assertEqual(status, 400)
+        self.assertIn('"ready" must be true or false, got "yes"', err["error"])
+        status, err = self.rest("/v2/repository/index", method="GET")
+        self.assertEqual(status, 405)
+        self.assertEqual(self.metric("metalserve_requests_total", method="http_RepositoryIndex",
+                                     code="OK"), 2.0)
+
+    def test_rest_load_serves_a_new_version_and_unload_then_infer_is_404(self):
+        self.assertEqual(self.rest_identity()[1]["model_version"], "1")
+        self.add_version("identity", 2)
+        self.assertEqual(self.rest("/v2/repository/models/identity/load", timeout=120),
+                         (200, {}))
+        status, answer = self.rest_identity()
+        self.assertEqual((status, answer["model_version"], answer["outputs"][0]["data"]),
+                         (200, "2", [1, 2, 3, 4]))
+        self.assertEqual(self.rest("/v2/repository/models/identity/unload"), (200, {}))
+        status, err = self.rest_identity()
+        self.assertEqual(status, 404)
+        self.assertIn('"identity" is not loaded', err["error"])
+        status, err = self.rest("/v2/repository/models/identity/unload")
+        self.assertEqual(status, 404)
+        status, err = self.rest("/v2/repository/models/nope/load")
+        self.assertEqual(status, 404)
+        self.assertIn('model "nope" is not in repository', err["error"])
+        self.assertEqual(self.metric("metalserve_requests_total",
+                                     method="http_RepositoryModelLoad", code="OK"), 1.0)
+
+    def test_rest_load_refuses_parameters_naming_them(self):
+        status, err = self.rest("/v2/repository/models/identity/load",
+                                {"parameters": {"config": "{}", "file:1/model.pt": "AAAA"}})
+        self.assertEqual(status, 400)
+        self.assertIn("RepositoryModelLoad parameters [config, file:1/model.pt] are not "
+                      "supported", err["error"])
+        status, err = self.rest("/v2/repository/models/identity/unload", "not an object")
+        self.assertEqual(status, 400)
+        self.assertIn("must be a JSON object", err["error"])
+        self.assertEqual(self.rest_identity()[0], 200)
+
+    def test_rest_health_answers_while_a_load_runs(self):
+        import torch
+
+        class Slow(torch.nn.Module):  # identity, after a loop of ~0.5 s a forward
+            def forward(self, x):
+                y = torch.zeros(1)
+                for _ in range(100000):
+                    y = y + 1.0
+                return x + y * 0.0
+        os.makedirs(os.path.join(self.root, "identity", "2"))
+        torch.jit.script(Slow()).save(os.path.join(self.root, "identity", "2", "model.pt"))
+        load = {}
+        loader = threading.Thread(target=lambda: load.setdefault(
+            "answer", self.rest("/v2/repository/models/identity/load", timeout=300)))
+        loader.start()
+        try:
+            # The load has begun; its warm-up forwards take seconds more.
+            wait_for("the load of identity version 2 started",
+                     lambda: "loading model " + os.path.join(self.root, "identity", "2")
+                     in tail(self.log, 20), time.monotonic() + 60)
+            start = time.monotonic()
+            self.assertEqual(http_get(f"http://127.0.0.1:{self.http_port}/v2/health/live",
+                                      timeout=30), (200, '{"live":true}'))
+            self.assertLess(time.monotonic() - start, 1.0)
+            status, err = self.rest("/v2/repository/models/tiny_cnn/unload", timeout=30)
+            self.assertEqual(status, 503)
+            self.assertIn("another load or unload is running", err["error"])
+            self.assertNotIn("answer", load)
+        finally:
+            loader.join(300)
+        self.assertEqual(load["answer"], (200, {}))
+        self.assertIn(("identity", "2"), [(m["name"], m["version"]) for m in
+                                          self.rest("/v2/repository/index", {"ready": True})[1]])
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()

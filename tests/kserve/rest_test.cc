@@ -155,5 +155,26 @@ TEST_F(RestTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   }
 }
 
+// Under --model (no repository) the REST repository extension lists the one
+// model and refuses load and unload, as the gRPC handlers do.
+TEST_F(RestTest, RepositoryExtensionWithOneModelListsItAndRefusesLoadAndUnload) {
+  HttpResponse index = Post("/v2/repository/index", R"({"ready": true})");
+  ASSERT_EQ(index.status, 200) << index.body;
+  EXPECT_EQ(Json::parse(index.body),
+            Json::parse(R"([{"name":"fake","version":"1","state":"READY","reason":""}])"));
+  for (const char* verb : {"load", "unload"}) {
+    HttpResponse r = Post(absl::StrCat("/v2/repository/models/fake/", verb), "");
+    EXPECT_EQ(r.status, 400) << verb;
+    EXPECT_THAT(Error(r), HasSubstr("the server was started with --model (one model)"));
+  }
+  HttpResponse params =
+      Post("/v2/repository/models/fake/load", R"({"parameters": {"config": "{}"}})");
+  EXPECT_EQ(params.status, 400);
+  EXPECT_THAT(Error(params), HasSubstr("RepositoryModelLoad parameters [config]"));
+  EXPECT_EQ(Get("/v2/repository/index").status, 405);
+  EXPECT_THAT(Json::parse(Get("/v2").body)["extensions"].dump(),
+              HasSubstr("model_repository"));
+}
+
 }  // namespace
 }  // namespace metalserve
