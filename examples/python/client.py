@@ -149,8 +149,16 @@ def call(args, m):
             kreq.raw_input_contents.append(data)
         predicted = native.Predict(req, timeout=args.timeout_s)
         inferred = kserve.ModelInfer(kreq, timeout=args.timeout_s)
+    choice = md.device_choice
     return {
         "model": md.model_name,
+        # How the server chose its device; with --device=auto, the forward
+        # time it measured per device and warm-up batch size.
+        "device_choice": {
+            "device": md.device, "requested": choice.requested, "reason": choice.reason,
+            "timings": [{"device": t.device, "batch_size": t.batch_size, "seconds": t.seconds}
+                        for t in choice.timings],
+            "skipped": list(choice.skipped)},
         "inputs": [{"name": n, "datatype": dt, "shape": s, "data": decode(dt, d)}
                    for n, _, dt, s, d in inputs],
         "native": {"outputs": [

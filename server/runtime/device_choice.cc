@@ -30,7 +30,8 @@ absl::StatusOr<std::string> CanonicalName(const std::string& requested) {
 
 }  // namespace
 
-std::vector<std::string> WorkingAccelerators(const DevicePlatform& platform) {
+std::vector<std::string> WorkingAccelerators(const DevicePlatform& platform,
+                                             std::vector<std::string>* skipped) {
   std::vector<std::string> working;
   for (const char* device : {"mps", "cuda:0"}) {
     std::string why;
@@ -40,6 +41,9 @@ std::vector<std::string> WorkingAccelerators(const DevicePlatform& platform) {
       LOG(WARNING) << "runtime: device " << device
                    << " reports itself available but fails its probe, skipped: "
                    << probe.message();
+      if (skipped != nullptr) {
+        skipped->push_back(absl::StrCat(device, ": probe failed: ", probe.message()));
+      }
       continue;
     }
     working.push_back(device);
@@ -145,6 +149,22 @@ absl::StatusOr<MeasuredChoice> ChooseByMeasurement(const std::vector<std::string
   if (!best.ok()) return best.status();
   choice.device = *best;
   return choice;
+}
+
+DeviceChoiceInfo DescribeMeasuredChoice(const MeasuredChoice& choice,
+                                        const std::vector<std::string>& probe_skipped) {
+  DeviceChoiceInfo info;
+  info.requested = "auto";
+  info.reason = choice.timings.size() > 1 ? "measured" : "no_accelerator";
+  info.skipped = probe_skipped;
+  for (const DeviceTiming& t : choice.timings) {
+    if (!t.status.ok()) {
+      info.skipped.push_back(absl::StrCat(t.device, ": ", t.status.message()));
+      continue;
+    }
+    for (const auto& [batch, took] : t.forward) info.timings.push_back({t.device, batch, took});
+  }
+  return info;
 }
 
 }  // namespace metalserve

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/runtime/runner.h"
 
 namespace metalserve {
 
@@ -53,8 +54,10 @@ absl::StatusOr<std::string> ChooseDeviceName(const std::string& requested,
                                              const DevicePlatform& platform);
 
 // The accelerators `auto` considers, in order, that are available and pass
-// the probe (each one that fails is logged once); the CPU is not listed.
-std::vector<std::string> WorkingAccelerators(const DevicePlatform& platform);
+// the probe (each one that fails is logged once, and with `skipped` given
+// appended to it as "<device>: probe failed: <why>"); the CPU is not listed.
+std::vector<std::string> WorkingAccelerators(const DevicePlatform& platform,
+                                             std::vector<std::string>* skipped = nullptr);
 
 // --- auto: choosing by measurement ------------------------------------------
 //
@@ -100,6 +103,14 @@ struct MeasuredChoice {
 absl::StatusOr<MeasuredChoice> ChooseByMeasurement(const std::vector<std::string>& accelerators,
                                                    const std::vector<int64_t>& batch_sizes,
                                                    const MeasureDevice& measure);
+
+// What ModelInfo::device_choice reports for a measured choice: requested
+// "auto", reason "measured" (or "no_accelerator" when the CPU was the only
+// candidate), one timing per device and batch size measured, and in
+// `skipped` the accelerators `probe_skipped` names (WorkingAccelerators'
+// list) then each device that failed to load or run.
+DeviceChoiceInfo DescribeMeasuredChoice(const MeasuredChoice& choice,
+                                        const std::vector<std::string>& probe_skipped);
 
 }  // namespace metalserve
 

@@ -51,6 +51,31 @@ DeviceTiming Measure(Runner& runner, const std::vector<int64_t>& sizes, Clock* c
   return timing;
 }
 
+// Stamps how the device was chosen on a runner TorchRunner::Create made.
+absl::StatusOr<std::unique_ptr<Runner>> WithChoice(absl::StatusOr<std::unique_ptr<Runner>> runner,
+                                                   DeviceChoiceInfo choice) {
+  if (runner.ok()) {
+    static_cast<torch_internal::TorchRunner&>(**runner).SetDeviceChoice(std::move(choice));
+  }
+  return runner;
+}
+
+// Why a device not measured was taken: see DeviceChoiceInfo::reason.
+DeviceChoiceInfo UnmeasuredChoice(const RuntimeOptions& options) {
+  DeviceChoiceInfo choice;
+  choice.requested = options.device;
+  if (torch_internal::IsPackagePath(options.model_path)) {
+    choice.reason = "package";
+  } else if (options.device == "first_available") {
+    choice.reason = "first_available";
+  } else if (options.device == "auto") {
+    choice.reason = "shared_device_thread";
+  } else {
+    choice.reason = "explicit";
+  }
+  return choice;
+}
+
 }  // namespace
 
 std::unique_ptr<DevicePlatform> CreateTorchPlatform() {
@@ -63,7 +88,7 @@ absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(const RuntimeOptions& 
   // file name (aoti_runner.cc): nothing to measure.
   if (options.device != "auto" || options.device_thread != nullptr ||
       torch_internal::IsPackagePath(options.model_path)) {
-    return torch_internal::TorchRunner::Create(options);
+    return WithChoice(torch_internal::TorchRunner::Create(options), UnmeasuredChoice(options));
   }
   const torch_internal::TorchPlatform torch_platform;
   const DevicePlatform& platform =
@@ -88,21 +113,18 @@ absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(const RuntimeOptions& 
     runners[device] = *std::move(runner);
     return timing;
   };
-  const std::vector<std::string> accelerators = WorkingAccelerators(platform);
-  if (accelerators.empty()) {
-    LOG(INFO) << "runtime: device auto: no working accelerator, serving on cpu (nothing to "
-                 "measure)";
-    RuntimeOptions o = options;
-    o.device = "cpu";
-    return torch_internal::TorchRunner::Create(o);
-  }
+  // With no working accelerator the CPU alone is loaded, and still timed:
+  // the table (GetModelMetadata, the metric) then has its rows.
+  std::vector<std::string> probe_skipped;
+  const std::vector<std::string> accelerators = WorkingAccelerators(platform, &probe_skipped);
   absl::StatusOr<MeasuredChoice> choice =
       ChooseByMeasurement(accelerators, options.warmup_batch_sizes, measure);
   if (!choice.ok()) {
     auto cpu = load_errors.find("cpu");
     return cpu != load_errors.end() ? cpu->second : choice.status();
   }
-  return std::move(runners[choice->device]);
+  return WithChoice(std::move(runners[choice->device]),
+                    DescribeMeasuredChoice(*choice, probe_skipped));
 }
 
 }  // namespace metalserve

@@ -61,6 +61,30 @@ struct WarmupTiming {
   absl::Duration forward;
 };
 
+// How the serving device was chosen (device_choice.h): what was asked for,
+// why this device, and with --device=auto the measurement table.
+struct DeviceChoiceInfo {
+  // One cell of the table: the median forward time of `device` at a warm-up
+  // batch size (host copies included).
+  struct Timing {
+    std::string device;
+    int64_t batch_size = 0;
+    absl::Duration forward;
+  };
+  std::string requested;  // --device as given: "auto", "first_available", "cpu", ...
+  // "measured": auto timed each working device and took the least total;
+  // "no_accelerator": auto found no working accelerator, so the CPU (still
+  // timed, the table has its rows); "first_available": the fixed order;
+  // "explicit": the device named; "package": an AOTInductor package runs on
+  // the device it was compiled for; "shared_device_thread": auto given a
+  // device thread keeps the fixed order.
+  std::string reason;
+  std::vector<Timing> timings;       // empty unless auto measured
+  // Devices auto left out, each "<device>: <why>" (failed its probe, failed
+  // to load or to run).
+  std::vector<std::string> skipped;
+};
+
 struct ModelInfo {
   std::string name;           // e.g. "resnet18"
   std::string version;        // e.g. "1"
@@ -74,6 +98,7 @@ struct ModelInfo {
   absl::Duration load_time;
   absl::Duration warmup_time;
   std::vector<WarmupTiming> warmup_timings;  // one per warm-up batch size
+  DeviceChoiceInfo device_choice;            // set by CreateTorchRunner
 };
 
 // Memory figures of the device and the process. Fields a device cannot report

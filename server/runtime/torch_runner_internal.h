@@ -54,6 +54,9 @@ class TorchRunner final : public Runner {
   ~TorchRunner() override;
 
   const ModelInfo& info() const override { return info_; }
+  // Records how the device was chosen (CreateTorchRunner, before the runner
+  // is shared with anyone).
+  void SetDeviceChoice(DeviceChoiceInfo choice) { info_.device_choice = std::move(choice); }
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override;
   absl::StatusOr<std::vector<Tensor>> RunBatch(
       const std::vector<BatchedInput>& inputs) override;

@@ -149,6 +149,23 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   return reactor;
 }
 
+namespace {
+
+// How the device was chosen, with --device=auto's measurement table.
+void FillDeviceChoice(const DeviceChoiceInfo& choice, metalserve::v1::DeviceChoice* out) {
+  out->set_requested(choice.requested);
+  out->set_reason(choice.reason);
+  for (const DeviceChoiceInfo::Timing& t : choice.timings) {
+    metalserve::v1::DeviceTiming* row = out->add_timings();
+    row->set_device(t.device);
+    row->set_batch_size(t.batch_size);
+    row->set_seconds(absl::ToDoubleSeconds(t.forward));
+  }
+  for (const std::string& s : choice.skipped) out->add_skipped(s);
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* InferenceService::GetModelMetadata(
     grpc::CallbackServerContext* context, const GetModelMetadataRequest* request,
     GetModelMetadataResponse* response) {
@@ -181,6 +198,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelMetadata(
     response->set_optimization_reason(info.optimization_reason);
     response->set_torch_version(info.torch_version);
     response->set_server_version(server_version_);
+    FillDeviceChoice(info.device_choice, response->mutable_device_choice());
   }
   const UnaryCall call{.context = context, .reactor = context->DefaultReactor(),
                        .method = kMethod, .metrics = metrics_, .start = start};

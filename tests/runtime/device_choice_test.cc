@@ -219,5 +219,44 @@ TEST(ChooseByMeasurementTest, TableNamesEveryDeviceSizeAndFailure) {
                            HasSubstr("mps      failed: out of memory")));
 }
 
+TEST(DescribeMeasuredChoiceTest, TheMeasuredTableReachesModelInfoWithSkippedDevices) {
+  const FakePlatform platform({"mps", "cuda:0"}, {{"mps", kVmFailure}});
+  std::vector<std::string> probe_skipped;
+  const std::vector<std::string> working = WorkingAccelerators(platform, &probe_skipped);
+  const auto choice = ChooseByMeasurement(working, {1, 8}, [&](const std::string& d) {
+    return d == "cuda:0" ? Timed(d, {{1, 3.0}, {8, 4.0}}) : Timed(d, {{1, 0.5}, {8, 5.0}});
+  });
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  const DeviceChoiceInfo info = DescribeMeasuredChoice(*choice, probe_skipped);
+  EXPECT_EQ(info.requested, "auto");
+  EXPECT_EQ(info.reason, "measured");
+  auto row = [](const std::string& d, int64_t b, double ms) {
+    return AllOf(::testing::Field(&DeviceChoiceInfo::Timing::device, d),
+                 ::testing::Field(&DeviceChoiceInfo::Timing::batch_size, b),
+                 ::testing::Field(&DeviceChoiceInfo::Timing::forward,
+                                  absl::Microseconds(ms * 1000)));
+  };
+  EXPECT_THAT(info.timings, ElementsAre(row("cuda:0", 1, 3.0), row("cuda:0", 8, 4.0),
+                                        row("cpu", 1, 0.5), row("cpu", 8, 5.0)));
+  EXPECT_THAT(info.skipped, ElementsAre(std::string("mps: probe failed: ") + kVmFailure));
+}
+
+TEST(DescribeMeasuredChoiceTest, CpuAloneIsNoAcceleratorAndAFailedLoadIsSkipped) {
+  const FakePlatform none({}, {});
+  const auto cpu_only = ChooseByMeasurement(WorkingAccelerators(none), {2}, [](const std::string& d) {
+    return Timed(d, {{2, 1.25}});
+  });
+  ASSERT_TRUE(cpu_only.ok()) << cpu_only.status();
+  const DeviceChoiceInfo info = DescribeMeasuredChoice(*cpu_only, {});
+  EXPECT_EQ(info.reason, "no_accelerator");
+  ASSERT_EQ(info.timings.size(), 1u);
+  EXPECT_EQ(info.timings[0].device, "cpu");
+  EXPECT_THAT(info.skipped, IsEmpty());
+
+  MeasuredChoice failed_mps{"cpu", {Failed("mps", "out of memory"), Timed("cpu", {{1, 1.0}})}};
+  EXPECT_THAT(DescribeMeasuredChoice(failed_mps, {}).skipped,
+              ElementsAre("mps: out of memory"));
+}
+
 }  // namespace
 }  // namespace metalserve

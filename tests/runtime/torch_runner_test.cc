@@ -297,19 +297,41 @@ TEST(TorchRunnerTest, AutoMeasuresEachWorkingDeviceAndServesOnOneThatLoads) {
   EXPECT_EQ(runner->info().device, "cpu");
   EXPECT_EQ(measured.size(), 1u);  // mps failed to load: nothing measured
   EXPECT_THAT(measured["cpu"], ::testing::ElementsAre(1, 2));
+  EXPECT_EQ(runner->info().device_choice.reason, "measured");
+  EXPECT_EQ(runner->info().device_choice.timings.size(), 2u);  // cpu at 1 and 2
+  ASSERT_EQ(runner->info().device_choice.skipped.size(), 1u);
+  EXPECT_THAT(runner->info().device_choice.skipped[0], ::testing::StartsWith("mps: "));
   EXPECT_THAT(runner->Run({Floats({1, 3, 8, 8}, Ramp(192, 0))}), IsOk());
 }
 
-TEST(TorchRunnerTest, AutoWithoutAWorkingAcceleratorLoadsOnceOnCpuWithoutMeasuring) {
+TEST(TorchRunnerTest, AutoWithoutAWorkingAcceleratorServesOnCpuAndReportsItsTimings) {
   RuntimeOptions o = Options("identity");
   o.device = "auto";
   o.device_platform = std::make_shared<VmMpsPlatform>();
-  int measured = 0;
-  o.on_device_forward = [&](const std::string&, int64_t, absl::Duration) { ++measured; };
+  std::vector<std::string> measured;
+  o.on_device_forward = [&](const std::string& d, int64_t, absl::Duration) { measured.push_back(d); };
   auto runner = MustCreate(o);
   ASSERT_NE(runner, nullptr);
   EXPECT_EQ(runner->info().device, "cpu");
-  EXPECT_EQ(measured, 0);
+  EXPECT_THAT(measured, ::testing::ElementsAre("cpu", "cpu"));  // warm-up sizes 1, 2
+  const DeviceChoiceInfo& choice = runner->info().device_choice;
+  EXPECT_EQ(choice.requested, "auto");
+  EXPECT_EQ(choice.reason, "no_accelerator");
+  ASSERT_EQ(choice.timings.size(), 2u);
+  EXPECT_EQ(choice.timings[0].device, "cpu");
+  EXPECT_EQ(choice.timings[1].batch_size, 2);
+  ASSERT_EQ(choice.skipped.size(), 1u);
+  EXPECT_THAT(choice.skipped[0], HasSubstr("mps: probe failed"));
+}
+
+TEST(TorchRunnerTest, AnExplicitDeviceReportsExplicitAndNoTable) {
+  RuntimeOptions o = Options("identity");
+  o.device = "cpu";
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->info().device_choice.reason, "explicit");
+  EXPECT_EQ(runner->info().device_choice.requested, "cpu");
+  EXPECT_TRUE(runner->info().device_choice.timings.empty());
 }
 
 // Runs only where CUDA is present (the GPU host): exact identity through

@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""--device=auto's measurement table, seen by a client: build/metalserve
+serving tiny_cnn with --device=auto on free 127.0.0.1 ports, asked over
+gRPC (grpcio, the native API) for GetModelMetadata.
+
+On this CPU-only machine auto finds no working accelerator, so the CPU is
+the one device timed: device_choice must say requested "auto", reason
+"no_accelerator", and carry one CPU row per warm-up batch size (1 and
+--max_batch_size) with a positive time, the same cells the metric
+metalserve_device_forward_seconds exports. An explicit --device=cpu
+reports "explicit" and no table. examples/python/client.py prints the
+table in its JSON.
+
+Needs /usr/bin/python3 with grpcio and grpc_tools.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import grpc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from proc_util import Process, compile_stubs, free_port, http_get, tail, wait_for  # noqa: E402
+
+ARGS = None
+
+
+class DeviceChoice(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="metalserve_device_choice_")
+        compile_stubs(ARGS.proto_dir, cls.tmp)
+        global npb, ngrpc
+        from metalserve.v1 import inference_pb2 as npb, inference_pb2_grpc as ngrpc
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def serve(self, device):
+        port = free_port()
+        self.metrics_port = free_port()
+        self.log = os.path.join(self.tmp, device + ".log")
+        self.server = Process(
+            [ARGS.server, f"--model={ARGS.model}", f"--device={device}",
+             f"--address=127.0.0.1:{port}", "--http_address=",
+             f"--metrics_address=127.0.0.1:{self.metrics_port}", "--threads=1",
+             "--cache_dir=none", "--monitor_log_interval=0", "--max_batch_size=4"],
+            log_path=self.log)
+        self.target = f"127.0.0.1:{port}"
+        self.addCleanup(self.server.stop)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.addCleanup(channel.close)
+        stub = ngrpc.InferenceStub(channel)
+
+        def metadata():
+            self.assertTrue(self.server.alive(), "server exited:\n" + tail(self.log))
+            return stub.GetModelMetadata(npb.GetModelMetadataRequest(), timeout=2)
+        return wait_for("GetModelMetadata", metadata, time.monotonic() + 120)
+
+    def test_auto_on_a_cpu_only_machine_reports_the_cpu_rows_and_why(self):
+        meta = self.serve("auto")
+        self.assertEqual(meta.device, "cpu")
+        choice = meta.device_choice
+        self.assertEqual(choice.requested, "auto")
+        self.assertEqual(choice.reason, "no_accelerator")
+        self.assertEqual([(t.device, t.batch_size) for t in choice.timings],
+                         [("cpu", 1), ("cpu", 4)])
+        for t in choice.timings:
+            self.assertGreater(t.seconds, 0)
+            self.assertLess(t.seconds, 60)
+        _, body = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        self.assertIn('metalserve_device_forward_seconds{batch_size="4",device="cpu"}', body)
+        example = subprocess.run(
+            ["/usr/bin/python3", ARGS.example, f"--target={self.target}",
+             f"--proto_dir={ARGS.proto_dir}"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(example.returncode, 0, example.stderr)
+        printed = json.loads(example.stdout)["device_choice"]
+        self.assertEqual((printed["device"], printed["reason"]), ("cpu", "no_accelerator"))
+        self.assertEqual([t["batch_size"] for t in printed["timings"]], [1, 4])
+
+    def test_an_explicit_device_reports_explicit_and_no_table(self):
+        choice = self.serve("cpu").device_choice
+        self.assertEqual((choice.requested, choice.reason), ("cpu", "explicit"))
+        self.assertEqual(len(choice.timings), 0)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--server", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--proto_dir", required=True)
+    p.add_argument("--example", required=True)
+    ARGS, rest = p.parse_known_args()
+    for path in (ARGS.server, ARGS.model, ARGS.example):
+        if not os.path.exists(path):
+            sys.exit(f"device_choice_test: {path} is missing (build first)")
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
