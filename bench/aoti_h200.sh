@@ -33,7 +33,9 @@ jobs_+=($!)
    mv /tmp/x16/resnet50.cuda.fp16.cl.pt2 build-gpu/models/ ||
    echo "export fp16 FAILED" >> "$OUT/export16.txt") &
 jobs_+=($!)
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF \
+# The client without libcurl: the unpacked Debian libcurl names libraries
+# the host lacks (docs/operations.md).
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF -DMETALSERVE_HTTP_CLIENT=OFF \
   -DMETALSERVE_PYTHON=$(command -v python3) $GPU_CMAKE_ARGS > "$OUT/cmake.txt" 2>&1
 grep "AOTInductor runner" "$OUT/cmake.txt"
 grep -q "AOTInductor runner: on" "$OUT/cmake.txt" || { wait "${jobs_[@]}"; echo "runner off: stopping"; exit 1; }
@@ -48,6 +50,7 @@ stamp "exports done"; grep -h "exported\|FAILED\|Error" "$OUT"/export*.txt
 grep -v "^  meta" "$OUT/probe.txt" | grep -E "torch|loaded|batch|rc=|FAILED|rror"
 python3 bench/aoti_compare.py --build=build-gpu --model=resnet50 --device=cuda \
   --variants=${VARIANTS:-ts-fp32,aoti-fp32,ts-fp16cl,aoti-fp16cl} --batches=1,32,256 \
+  --allowed_batch_sizes=${ALLOWED:-1,2,4,8,16,32,64,128,256} ${COMPARE_ARGS:-} \
   --json="$OUT/aoti-compare.json"
 stamp "measured"
 grep -h "verified against\|does not match\|AOTInductor package\|load_ms" build-gpu/aoti-compare/server-*.log | cut -c1-400
