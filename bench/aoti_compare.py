@@ -107,7 +107,7 @@ def main():
     a.optimize, a.input, a.start_timeout = "auto", "random", 600
     a.workdir = os.path.join(a.build, "aoti-compare")
     os.makedirs(a.workdir, exist_ok=True)
-    command = " ".join(["python3", os.path.relpath(sys.argv[0], runpy.ROOT)] + sys.argv[1:])
+    command = " ".join([os.path.relpath(sys.argv[0], runpy.ROOT)] + sys.argv[1:])
     rows = []
     for key in a.variants.split(","):
         try:
