@@ -53,7 +53,18 @@ bool ParseVersion(const std::string& name, int64_t* version) {
   return absl::SimpleAtoi(name, version);
 }
 
-// Version folders holding model.pt into entry->available; the rest noted.
+// The file a version folder serves: model.pt2 (a package) when there is
+// one, else model.pt; empty when neither is a regular file.
+fs::path ServedFile(const fs::path& version_dir) {
+  std::error_code ec;
+  for (const char* name : {kPackageFile, kModelFile}) {
+    if (fs::is_regular_file(version_dir / name, ec)) return version_dir / name;
+  }
+  return {};
+}
+
+// Version folders holding model.pt or model.pt2 into entry->available; the
+// rest noted.
 absl::Status ListVersions(ModelEntry* entry) {
   absl::StatusOr<std::vector<fs::directory_entry>> listed = ListFolder(entry->dir);
   if (!listed.ok()) return listed.status();
@@ -68,9 +79,9 @@ absl::Status ListVersions(ModelEntry* entry) {
                                           "without leading zeros); skipped"));
       continue;
     }
-    const fs::path model = e.path() / kModelFile;
-    if (!fs::is_regular_file(model, ec)) {
-      entry->notes.push_back(absl::StrCat(model.string(), ": no such file; version ",
+    if (ServedFile(e.path()).empty()) {
+      entry->notes.push_back(absl::StrCat((e.path() / kModelFile).string(), " (or ",
+                                          kPackageFile, "): no such file; version ",
                                           version, " skipped"));
       continue;
     }
@@ -114,13 +125,17 @@ absl::Status SelectVersions(ModelEntry* entry) {
                                         " names version ", missing, ", which is not there"));
   }
   for (int64_t v : policy.Select(entry->available)) {
-    entry->selected.push_back(
-        {v, (fs::path(entry->dir) / std::to_string(v) / kModelFile).string()});
+    const fs::path file = ServedFile(fs::path(entry->dir) / std::to_string(v));
+    if (file.empty()) {  // removed since it was listed: the next scan sees it
+      entry->notes.push_back(absl::StrCat(entry->dir, "/", v, ": model file gone; skipped"));
+      continue;
+    }
+    entry->selected.push_back({v, file.string()});
   }
   if (!entry->selected.empty()) return absl::OkStatus();
   return absl::NotFoundError(absl::StrCat(
       entry->dir, ": no version to serve under version_policy ", policy.ToString(),
-      "; version folders with ", kModelFile, ": [", absl::StrJoin(entry->available, ","), "]"));
+      "; version folders with ", kModelFile, " or ", kPackageFile, ": [", absl::StrJoin(entry->available, ","), "]"));
 }
 
 ModelEntry ScanModelFolder(const fs::path& root, const std::string& name) {

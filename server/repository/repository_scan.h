@@ -2,6 +2,10 @@
 //
 //   DIR/<model>/config.json          the signature, settings, version policy
 //   DIR/<model>/<version>/model.pt   one TorchScript file per version folder
+//   DIR/<model>/<version>/model.pt2  or an AOTInductor package (docs/aoti.md);
+//                                    served instead of a model.pt beside
+//                                    it, which then becomes the package's
+//                                    verification reference
 //
 // A version folder is named by a positive decimal integer without leading
 // zeros (Triton's and TF Serving's rule); other entries are skipped with a
@@ -34,10 +38,11 @@ namespace metalserve {
 // The file names the layout fixes.
 inline constexpr char kModelConfigFile[] = "config.json";
 inline constexpr char kModelFile[] = "model.pt";
+inline constexpr char kPackageFile[] = "model.pt2";
 
 struct VersionEntry {
   int64_t version = 0;
-  std::string model_path;  // DIR/<model>/<version>/model.pt
+  std::string model_path;  // DIR/<model>/<version>/model.pt2 or model.pt
 };
 
 struct ModelEntry {
@@ -50,7 +55,7 @@ struct ModelEntry {
   // FailedPrecondition for a folder that cannot be read.
   absl::Status status;
   RepositoryModelConfig config;  // meaningful when status is OK
-  // Version folders holding model.pt, ascending.
+  // Version folders holding model.pt or model.pt2, ascending.
   std::vector<int64_t> available;
   // The version policy's choice of `available`, ascending; non-empty when
   // status is OK.

@@ -50,6 +50,24 @@ TEST(RepositoryScanTest, ListsModelsAndServesTheNewestVersionByDefault) {
   EXPECT_THAT(Selected(scan->models[1]), ElementsAre(3));
 }
 
+TEST(RepositoryScanTest, ServesAPackageInsteadOfTheTorchScriptFileBesideIt) {
+  TempRepository repo;
+  repo.WriteConfig("m", R"("version_policy": {"all": {}})");
+  repo.WriteVersion("m", 1);                // model.pt only
+  repo.Write("m/2/model.pt2", "package");   // a package only
+  repo.WriteVersion("m", 3);                // both: the package is served,
+  repo.Write("m/3/model.pt2", "package");   // model.pt is its reference
+  auto scan = ScanRepository(repo.root());
+  ASSERT_THAT(scan.status(), IsOk());
+  ASSERT_THAT(scan->models, SizeIs(1));
+  const ModelEntry& m = scan->models[0];
+  EXPECT_THAT(m.available, ElementsAre(1, 2, 3));
+  ASSERT_THAT(m.selected, SizeIs(3));
+  EXPECT_EQ(m.selected[0].model_path, repo.Path("m/1/model.pt"));
+  EXPECT_EQ(m.selected[1].model_path, repo.Path("m/2/model.pt2"));
+  EXPECT_EQ(m.selected[2].model_path, repo.Path("m/3/model.pt2"));
+}
+
 TEST(RepositoryScanTest, AppliesEachVersionPolicy) {
   TempRepository repo;
   for (const char* m : {"latest2", "all", "specific"}) {
@@ -136,7 +154,7 @@ TEST(RepositoryScanTest, NoVersionToServeIsNotFoundNamingPolicyAndFolders) {
                        AllOf(HasSubstr(repo.Path("empty")), HasSubstr("latest 1"))));
   EXPECT_THAT(scan->models[1].status,
               StatusIs(absl::StatusCode::kNotFound,
-                       AllOf(HasSubstr("specific [4]"), HasSubstr("model.pt: [1]"))));
+                       AllOf(HasSubstr("specific [4]"), HasSubstr("model.pt or model.pt2: [1]"))));
 }
 
 TEST(RepositoryScanTest, ConfigNameDifferentFromFolderIsAnError) {
