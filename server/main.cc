@@ -82,6 +82,9 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(int, threads, 0, "CPU intra-op threads; 0 = number of cores");
 ABSL_FLAG(std::string, precision, "fp32", "Compute precision: fp32, fp16 or bf16");
 ABSL_FLAG(bool, channels_last, false, "Run 4-D inputs in channels-last memory format");
+ABSL_FLAG(bool, cudnn_benchmark, true,
+          "CUDA: let cuDNN time its algorithms for each batch size (faster large "
+          "batches; each size's first forward, in load and warm-up, pays it)");
 ABSL_FLAG(std::string, optimize, "auto",
           "Graph optimization: none, freeze, full or auto; always verified at load");
 ABSL_FLAG(std::string, cache_dir, "",
@@ -355,6 +358,7 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
       OrDie(metalserve::ParseInputDtypes(absl::GetFlag(FLAGS_input_dtype)), "--input_dtype");
   ro.channels_last = absl::GetFlag(FLAGS_channels_last);
   ro.optimize = absl::GetFlag(FLAGS_optimize);
+  ro.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
   ro.cache_dir = absl::GetFlag(FLAGS_cache_dir);
   if (ro.cache_dir.empty()) ro.cache_dir = metalserve::DefaultVerificationCacheDir();
   if (ro.cache_dir == "none") ro.cache_dir.clear();

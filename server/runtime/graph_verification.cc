@@ -69,7 +69,7 @@ absl::StatusOr<VerifiedGraph> GraphVerifier::Optimize(torch::jit::Module& plain3
     RETURN_IF_ERROR(ComparePrecision(plain32, plain, compute, &reasons));
   }
 #ifdef METALSERVE_TORCH_CUDA
-  if (level == Level::kFull && path_.device().device().is_cuda()) {
+  if (level == Level::kFull && path_.device().device().is_cuda() && options_.cudnn_benchmark) {
     at::globalContext().setBenchmarkCuDNN(true);
   }
 #endif
@@ -100,7 +100,7 @@ absl::StatusOr<VerifiedGraph> GraphVerifier::Rebuild(torch::jit::Module& plain32
       m.to(compute);
     }
 #ifdef METALSERVE_TORCH_CUDA
-    if (level == Level::kFull && path_.device().device().is_cuda()) {
+    if (level == Level::kFull && path_.device().device().is_cuda() && options_.cudnn_benchmark) {
       at::globalContext().setBenchmarkCuDNN(true);
     }
 #endif

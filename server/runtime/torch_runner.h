@@ -156,6 +156,10 @@ struct RuntimeOptions {
   double verify_tolerance = 1e-3;
   // Also check that a row's output does not depend on its batch position.
   bool verify_batch_invariance = true;
+  // CUDA: cuDNN's per-shape algorithm timing for the full level
+  // (VerifyOptions::cudnn_benchmark). Off trades some large-batch speed for
+  // a shorter load and warm-up; part of the verification cache's key.
+  bool cudnn_benchmark = true;
   // Folder of the verification cache (verification_cache.h): a verdict
   // stored there for the same model bytes, LibTorch, device, precision,
   // level, batch sizes and comparison settings is reused instead of

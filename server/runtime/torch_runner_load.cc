@@ -100,9 +100,10 @@ std::string ComparisonKey(const RuntimeOptions& options, const std::vector<Tenso
   for (const TensorSpec& s : inputs) {
     in.push_back(absl::StrCat(s.name, ":", DTypeName(s.dtype), ":", ShapeToString(s.shape)));
   }
-  return absl::StrFormat("tolerance=%.17g batch_invariance=%d channels_last=%d inputs=%s",
-                         options.verify_tolerance, options.verify_batch_invariance,
-                         options.channels_last, absl::StrJoin(in, ";"));
+  return absl::StrFormat(
+      "tolerance=%.17g batch_invariance=%d channels_last=%d cudnn_benchmark=%d inputs=%s",
+      options.verify_tolerance, options.verify_batch_invariance, options.channels_last,
+      options.cudnn_benchmark, absl::StrJoin(in, ";"));
 }
 
 Level LevelNamed(const std::string& name) {
@@ -129,6 +130,7 @@ VerifyOptions WarmupVerifyOptions(const RuntimeOptions& options, const std::stri
   verify.tolerance = options.verify_tolerance;
   verify.batch_invariance = options.verify_batch_invariance;
   verify.precision = precision;
+  verify.cudnn_benchmark = options.cudnn_benchmark;
   return verify;
 }
 
