@@ -79,6 +79,10 @@ ABSL_FLAG(std::string, device, "auto",
           "auto (the fastest working device, measured at the warm-up batch sizes), "
           "first_available (mps -> cuda -> cpu), mps, cuda, cuda:N or cpu; an accelerator "
           "is used only if it passes a probe against the CPU");
+ABSL_FLAG(std::vector<std::string>, devices, {},
+          "Hybrid serving: the model resident on each listed device (e.g. cuda,cpu "
+          "or mps,cpu), each batch sent to the one expected to finish it first "
+          "(server/runtime/hybrid_runner.h); overrides --device. --model only");
 ABSL_FLAG(int, threads, 0, "CPU intra-op threads; 0 = number of cores");
 ABSL_FLAG(std::string, precision, "fp32", "Compute precision: fp32, fp16 or bf16");
 ABSL_FLAG(bool, channels_last, false, "Run 4-D inputs in channels-last memory format");
@@ -193,7 +197,9 @@ std::unique_ptr<metalserve::Runner> LoadModelOrExit(
   absl::StatusOr<std::unique_ptr<metalserve::Runner>> runner;
   absl::Notification loaded;
   std::thread loader([&] {
-    runner = metalserve::CreateTorchRunner(ro);
+    const std::vector<std::string> devices = absl::GetFlag(FLAGS_devices);
+    runner = devices.empty() ? metalserve::CreateTorchRunner(ro)
+                             : metalserve::CreateHybridTorchRunner(ro, devices);
     loaded.Notify();
   });
   while (!loaded.WaitForNotificationWithTimeout(kSignalPoll)) {
@@ -455,6 +461,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<metalserve::Runner> runner;
   std::unique_ptr<metalserve::InferenceServer> server;
   if (!absl::GetFlag(FLAGS_model_repository).empty()) {
+    if (!absl::GetFlag(FLAGS_devices).empty()) {
+      LOG(ERROR) << "--devices serves --model only (not yet a repository's models)";
+      return 1;
+    }
     repository = RepositoryOrExit(so, ro, metrics.get());
     server = OrDie(metalserve::InferenceServer::Start(so, repository->lookup.get(),
                                                       repository->repository.get(),

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/runtime/hybrid_runner.h"
 
 namespace metalserve {
 
@@ -105,6 +106,24 @@ absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(
               << (e.reason.empty() ? "" : ": ") << e.reason;
   }
   return r;
+}
+
+absl::StatusOr<std::unique_ptr<Runner>> CreateHybridTorchRunner(
+    const RuntimeOptions& runtime, const std::vector<std::string>& devices) {
+  auto make = [&runtime](const std::string& device) {
+    RuntimeOptions one = runtime;
+    one.device = device;
+    one.device_thread = nullptr;  // each device its own thread
+    return CreateTorchRunner(one);
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<HybridRunner> hybrid,
+                   HybridRunner::Create(devices, make, runtime.warmup_batch_sizes,
+                                        runtime.verify_tolerance, nullptr));
+  const ModelInfo& info = hybrid->info();
+  LOG(INFO) << "hybrid: " << info.name << " on " << info.device
+            << ", outputs agree at the warm-up sizes; each batch to the device expected to "
+               "finish it first";
+  return std::unique_ptr<Runner>(std::move(hybrid));
 }
 
 }  // namespace metalserve

@@ -86,6 +86,12 @@ absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(
     ModelRepository::Options options, ModelServableFactory::Options factory,
     const RuntimeOptions& runtime, int64_t device_memory_budget = 0);
 
+// --devices (hybrid_runner.h): `runtime`'s model on each of `devices`, each
+// with its own device thread, checked to agree at the warm-up sizes within
+// the verification tolerance.
+absl::StatusOr<std::unique_ptr<Runner>> CreateHybridTorchRunner(
+    const RuntimeOptions& runtime, const std::vector<std::string>& devices);
+
 }  // namespace metalserve
 
 #endif  // METALSERVE_SERVER_MODEL_LOADING_H_
