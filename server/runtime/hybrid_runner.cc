@@ -232,6 +232,15 @@ HybridRunner::HybridRunner(std::vector<std::unique_ptr<Runner>> runners, DeviceP
   info_.device_choice = std::move(choice);
 }
 
+HybridRunner::~HybridRunner() {
+  const std::vector<int64_t> batches = BatchesPerDevice();
+  std::vector<std::string> parts;
+  for (size_t d = 0; d < runners_.size(); ++d) {
+    parts.push_back(absl::StrCat(runners_[d]->info().device, "=", batches[d]));
+  }
+  LOG(INFO) << "hybrid: batches run per device: " << absl::StrJoin(parts, " ");
+}
+
 template <typename F>
 auto HybridRunner::OnChosen(int64_t rows, F&& run) -> decltype(run(static_cast<Runner*>(nullptr))) {
   int d = 0;

@@ -100,6 +100,9 @@ class HybridRunner : public Runner {
       const std::vector<std::string>& devices, const Maker& make,
       const std::vector<int64_t>& batch_sizes, double tolerance, Clock* clock);
 
+  // Logs the batches each device ran.
+  ~HybridRunner() override;
+
   const ModelInfo& info() const override { return info_; }
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override;
   absl::StatusOr<std::vector<Tensor>> RunBatch(const std::vector<BatchedInput>& inputs) override;
