@@ -101,7 +101,8 @@ class DeviceThread {
   int64_t pending() const;
   const std::string& name() const { return name_; }
   FairQueue::Order order() const { return order_; }
-  // Device time charged to `key` so far (fair_queue.h's v_k).
+  // fair_queue.h's v_k of `key`: the device time charged to it, raised to
+  // the system virtual time when it joined after being idle.
   absl::Duration virtual_time(absl::string_view key) const;
 
  private:

@@ -88,7 +88,7 @@ class FairQueue {
 
   bool empty() const { return size_ == 0; }
   int64_t size() const { return size_; }
-  // v_k (V for a key with no state), and V; for tests and logs.
+  // v_k (V for a key with no state), and V; for tests.
   absl::Duration virtual_time(absl::string_view key) const;
   absl::Duration system_virtual_time() const { return now_; }
   // Keys with state (queued items, or credit used beyond V).
