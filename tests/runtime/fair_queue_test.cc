@@ -95,7 +95,7 @@ TEST(FairQueueTest, FloodedKeyDoesNotStarveAnotherBeyondTheStatedBound) {
   EXPECT_GE(WorstLightWait(FairQueue::Order::kFifo), absl::Milliseconds(500));
 }
 
-TEST(FairQueueTest, BoundHoldsWithThreeKeysAndAKeyReturningFromIdle) {
+TEST(FairQueueTest, BoundHoldsWithThreeKeysAndAKeyJoiningLate) {
   SimDevice dev;
   dev.SetCost(kLight, absl::Milliseconds(2));
   dev.SetCost(kHeavy, absl::Milliseconds(10));
@@ -104,7 +104,7 @@ TEST(FairQueueTest, BoundHoldsWithThreeKeysAndAKeyReturningFromIdle) {
     dev.Push(kHeavy);
     dev.Push(kOther);
   }
-  // The light key idles for a while (no credit banked), then joins.
+  // The light key joins late (at V: no credit for the time it was absent).
   for (int i = 0; i < 30; ++i) {
     const std::string key = dev.RunOne();
     dev.Push(key);
