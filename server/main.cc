@@ -356,6 +356,7 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   ro.signature_codec = metalserve::ModelConfigSignatureCodec();
   ro.device = absl::GetFlag(FLAGS_device);
   ro.threads = absl::GetFlag(FLAGS_threads);
+  ro.device_order = metalserve::DeviceOrderFromFlags();
   if (ro.threads == 0) ro.threads = static_cast<int>(std::thread::hardware_concurrency());
   ro.precision = absl::GetFlag(FLAGS_precision);
   ro.input_shapes =

@@ -12,7 +12,7 @@ namespace metalserve {
 std::shared_ptr<DeviceThread> DeviceThreads::For(const std::string& device) {
   absl::MutexLock l(&mu_);
   std::shared_ptr<DeviceThread>& t = threads_[device];
-  if (t == nullptr) t = DeviceThread::Create(device);
+  if (t == nullptr) t = DeviceThread::Create(device, {.order = order_});
   return t;
 }
 
@@ -34,6 +34,7 @@ RunnerMaker TorchRunnerMaker(RuntimeOptions defaults, DeviceThreads* threads) {
     if (s.optimize.has_value()) ro.optimize = *s.optimize;
     if (s.device.has_value()) ro.device = *s.device;
     ro.device_thread = threads->For(ro.device);
+    ro.device_key = absl::StrCat(spec.id.model, ":", spec.id.version);
     return CreateTorchRunner(ro);
   };
 }
@@ -89,6 +90,7 @@ absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(
     ModelRepository::Options options, ModelServableFactory::Options factory,
     const RuntimeOptions& runtime, int64_t device_memory_budget) {
   auto r = std::make_unique<RepositoryServing>();
+  r->threads.set_order(runtime.device_order);
   r->threads.For(runtime.device);  // the flags' device thread exists from the start
   ASSIGN_OR_RETURN(r->memory_budget,
                    MemoryBudget::Create({.budget_bytes = device_memory_budget}));

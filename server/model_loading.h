@@ -31,9 +31,15 @@ namespace metalserve {
 class DeviceThreads {
  public:
   std::shared_ptr<DeviceThread> For(const std::string& device);
+  // The order across models on threads created from now on (fair_queue.h).
+  void set_order(FairQueue::Order order) {
+    absl::MutexLock l(&mu_);
+    order_ = order;
+  }
 
  private:
   absl::Mutex mu_;
+  FairQueue::Order order_ ABSL_GUARDED_BY(mu_) = FairQueue::Order::kFair;
   std::map<std::string, std::shared_ptr<DeviceThread>> threads_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -36,8 +36,21 @@ ABSL_FLAG(int, priority_share_every, 4,
 ABSL_FLAG(int64_t, max_request_rows, 0,
           "Most rows one request may have; one of more than --max_batch_size rows is "
           "split into batches and reassembled. 0 = --max_queue_size");
+ABSL_FLAG(std::string, device_scheduling, "fair",
+          "Order of the batches of several models on one device thread: fair (each "
+          "backlogged model version gets an equal share of measured device time; a model's "
+          "batch waits behind about one batch of each other model, server/runtime/fair_queue.h) "
+          "or fifo (submission order, for comparison)");
 
 namespace metalserve {
+
+FairQueue::Order DeviceOrderFromFlags() {
+  const std::string o = absl::GetFlag(FLAGS_device_scheduling);
+  if (o == "fair") return FairQueue::Order::kFair;
+  if (o == "fifo") return FairQueue::Order::kFifo;
+  LOG(ERROR) << "flags: --device_scheduling must be fair or fifo, got '" << o << "'";
+  std::exit(2);
+}
 
 void SchedulingFromFlags(BatcherOptions* b) {
   if (const std::string p = absl::GetFlag(FLAGS_batching); p == "adaptive" || p == "fixed") {

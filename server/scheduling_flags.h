@@ -1,15 +1,19 @@
 // The scheduling policy's flags (--batching, --max_request_rows,
-// --latency_target, priorities), read into BatcherOptions. Only main calls
+// --latency_target, priorities), read into BatcherOptions, and
+// --device_scheduling. Only main calls
 // this; a value that does not parse logs the flag and the value and exits 2.
 #ifndef METALSERVE_SERVER_SCHEDULING_FLAGS_H_
 #define METALSERVE_SERVER_SCHEDULING_FLAGS_H_
 
 #include "server/batcher/batch_queue.h"
+#include "server/runtime/fair_queue.h"
 
 namespace metalserve {
 
 // Sets b's policy, max_request_rows, latency_target and priority fields.
 void SchedulingFromFlags(BatcherOptions* b);
+// --device_scheduling: the order across models sharing a device thread.
+FairQueue::Order DeviceOrderFromFlags();
 
 // This file's path in the repository, for --help.
 inline constexpr char kSchedulingFlagsFile[] = "server/scheduling_flags.cc";

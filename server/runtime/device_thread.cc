@@ -9,10 +9,18 @@
 namespace metalserve {
 
 std::shared_ptr<DeviceThread> DeviceThread::Create(std::string name) {
-  return std::shared_ptr<DeviceThread>(new DeviceThread(std::move(name)));
+  return Create(std::move(name), Options{});
 }
 
-DeviceThread::DeviceThread(std::string name) : name_(std::move(name)) {
+std::shared_ptr<DeviceThread> DeviceThread::Create(std::string name, Options options) {
+  return std::shared_ptr<DeviceThread>(new DeviceThread(std::move(name), options));
+}
+
+DeviceThread::DeviceThread(std::string name, Options options)
+    : name_(std::move(name)),
+      order_(options.order),
+      clock_(options.clock != nullptr ? options.clock : Clock::SteadyClock()),
+      queue_(options.order) {
   thread_ = std::thread([this] { Loop(); });
   thread_id_ = thread_.get_id();
 }
@@ -24,24 +32,24 @@ absl::Status DeviceThread::Refused() const {
       absl::StrCat("device thread of ", name_, " is shut down; work refused"));
 }
 
-absl::Status DeviceThread::Submit(absl::AnyInvocable<void()> fn) {
+absl::Status DeviceThread::Submit(absl::string_view key, absl::AnyInvocable<void()> fn) {
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
-      queue_.push_back(std::move(fn));
+      queue_.Push(key, std::move(fn));
       return absl::OkStatus();
     }
   }
   return Refused();  // `fn` is destroyed here, outside the lock
 }
 
-absl::Status DeviceThread::RunSync(absl::FunctionRef<void()> fn) {
+absl::Status DeviceThread::RunSync(absl::string_view key, absl::FunctionRef<void()> fn) {
   if (IsCurrent()) {
     fn();
     return absl::OkStatus();
   }
   absl::Notification done;
-  absl::Status accepted = Submit([&fn, &done] {
+  absl::Status accepted = Submit(key, [&fn, &done] {
     fn();
     done.Notify();
   });
@@ -67,15 +75,25 @@ bool DeviceThread::accepting() const {
 
 int64_t DeviceThread::pending() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(queue_.size()) + running_;
+  return queue_.size() + running_;
 }
 
-// Runs work in order until Shutdown has begun and the queue is empty.
+absl::Duration DeviceThread::virtual_time(absl::string_view key) const {
+  absl::MutexLock lock(&mu_);
+  return queue_.virtual_time(key);
+}
+
+// Runs work in the queue's order until Shutdown has begun and the queue is
+// empty, charging each item's measured time to its key before the next Pop.
 void DeviceThread::Loop() {
+  std::string key;
+  absl::Duration cost;
+  bool ran = false;
   while (true) {
-    absl::AnyInvocable<void()> work;
+    FairQueue::Item item;
     {
       absl::MutexLock lock(&mu_);
+      if (ran) queue_.Charge(key, cost);
       running_ = 0;
       mu_.Await(absl::Condition(
           +[](DeviceThread* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
@@ -83,11 +101,14 @@ void DeviceThread::Loop() {
           },
           this));
       if (queue_.empty()) return;
-      work = std::move(queue_.front());
-      queue_.pop_front();
+      item = queue_.Pop();
       running_ = 1;
     }
-    std::move(work)();
+    const absl::Time start = clock_->TimeNow();
+    std::move(item.work)();
+    cost = clock_->TimeNow() - start;
+    key = std::move(item.key);
+    ran = true;
   }
 }
 

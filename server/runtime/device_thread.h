@@ -12,14 +12,21 @@
 // works through that device's DeviceThread.
 //
 // Contract:
-//   - Submit(fn) returns OK when fn is accepted; accepted work runs exactly
-//     once, on the device thread, after all work accepted before it.
-//     After Shutdown has begun it returns UNAVAILABLE and fn is destroyed
-//     without running (on the caller's thread).
-//   - RunSync(fn) runs fn on the device thread and waits for it; called on
-//     the device thread itself it runs fn at once, inline (no deadlock when
-//     device work calls device work). UNAVAILABLE, fn not run, after
-//     Shutdown has begun.
+//   - Submit(key, fn) returns OK when fn is accepted; accepted work runs
+//     exactly once, on the device thread, after all work accepted before it
+//     under the same key. Across keys the order is fair_queue.h's rule
+//     (Options::order): each key gets an equal share of device time while
+//     backlogged, measured per item, so a flooded model cannot starve another
+//     model or the device's own work; fair_queue.h states the bound. Keys:
+//     one per model version ("<model>:<version>"); Submit(fn) and RunSync(fn)
+//     use FairQueue::kDeviceKey (loads, verification, warm-up, release, cache
+//     clearing), so callers that name no key keep the old FIFO among
+//     themselves. After Shutdown has begun it returns UNAVAILABLE and fn is
+//     destroyed without running (on the caller's thread).
+//   - RunSync(key, fn) runs fn on the device thread and waits for it; called
+//     on the device thread itself it runs fn at once, inline (no deadlock
+//     when device work calls device work; its time counts to the running
+//     item's key). UNAVAILABLE, fn not run, after Shutdown has begun.
 //   - Shutdown() stops accepting work, DRAINS: runs every accepted item,
 //     then joins the thread. Idempotent; a second caller waits for the first
 //     to finish. Work running on the device thread may Submit (refused once
@@ -38,32 +45,51 @@
 #define METALSERVE_SERVER_RUNTIME_DEVICE_THREAD_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "server/runtime/fair_queue.h"
 
 namespace metalserve {
 
 class DeviceThread {
  public:
+  struct Options {
+    // Order across keys: kFair (default) or kFifo, the order before keys
+    // existed (--device_scheduling, for comparison).
+    FairQueue::Order order = FairQueue::Order::kFair;
+    // Measures each item's device time (its cost). Not owned; nullptr means
+    // Clock::SteadyClock().
+    Clock* clock = nullptr;
+  };
+
   // `name` names the device in logs and errors, e.g. "cpu", "cuda:0".
   static std::shared_ptr<DeviceThread> Create(std::string name);
+  static std::shared_ptr<DeviceThread> Create(std::string name, Options options);
 
   DeviceThread(const DeviceThread&) = delete;
   DeviceThread& operator=(const DeviceThread&) = delete;
   ~DeviceThread();
 
-  // Queues `fn` behind all accepted work; see the contract above.
-  absl::Status Submit(absl::AnyInvocable<void()> fn);
-  // Runs `fn` on the device thread and returns when it has run.
-  absl::Status RunSync(absl::FunctionRef<void()> fn);
+  // Queues `fn` under `key`; see the contract above.
+  absl::Status Submit(absl::string_view key, absl::AnyInvocable<void()> fn);
+  absl::Status Submit(absl::AnyInvocable<void()> fn) {
+    return Submit(FairQueue::kDeviceKey, std::move(fn));
+  }
+  // Runs `fn` on the device thread under `key` and returns when it has run.
+  absl::Status RunSync(absl::string_view key, absl::FunctionRef<void()> fn);
+  absl::Status RunSync(absl::FunctionRef<void()> fn) {
+    return RunSync(FairQueue::kDeviceKey, fn);
+  }
   // Stops accepting, drains accepted work, joins the thread.
   void Shutdown();
 
@@ -74,15 +100,21 @@ class DeviceThread {
   // Items accepted and not yet finished (queued plus the one running).
   int64_t pending() const;
   const std::string& name() const { return name_; }
+  FairQueue::Order order() const { return order_; }
+  // fair_queue.h's v_k of `key`: the device time charged to it, raised to
+  // the system virtual time when it joined after being idle.
+  absl::Duration virtual_time(absl::string_view key) const;
 
  private:
-  explicit DeviceThread(std::string name);
+  DeviceThread(std::string name, Options options);
   void Loop();
   absl::Status Refused() const;
 
   const std::string name_;
+  const FairQueue::Order order_;
+  Clock* const clock_;
   mutable absl::Mutex mu_;
-  std::deque<absl::AnyInvocable<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  FairQueue queue_ ABSL_GUARDED_BY(mu_);
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex join_mu_;  // serialises joiners: one joins, others wait here

@@ -149,7 +149,7 @@ std::vector<at::Tensor> TorchRunner::HostCopies(
 absl::StatusOr<std::vector<Tensor>> TorchRunner::RunHost(
     const std::vector<at::Tensor>& host) {
   absl::StatusOr<std::vector<Tensor>> result;
-  const absl::Status posted = OnDevice([&] { result = Serve(host); });
+  const absl::Status posted = ServeOnDevice([&] { result = Serve(host); });
   if (!posted.ok()) return posted;
   if (result.status().code() == absl::StatusCode::kResourceExhausted) {
     cache_policy_->OnOutOfMemory();

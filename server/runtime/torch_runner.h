@@ -187,6 +187,14 @@ struct RuntimeOptions {
   // the same device; nullptr: the runner creates its own. Give one thread
   // only to runners on one device.
   std::shared_ptr<DeviceThread> device_thread;
+  // The key this runner's batches are queued under on the device thread
+  // (fair_queue.h: the device's time is shared fairly between keys), e.g.
+  // "<model>:<version>". Empty: the model's name. Load, verification,
+  // warm-up and release run under FairQueue::kDeviceKey.
+  std::string device_key;
+  // Order across keys on a device thread this runner creates itself (none
+  // given): kFair, or kFifo, the order before keys (--device_scheduling).
+  FairQueue::Order device_order = FairQueue::Order::kFair;
   // Optional; see ForwardObserver.
   ForwardObserver forward_observer;
 };

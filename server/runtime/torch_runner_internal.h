@@ -69,6 +69,11 @@ class TorchRunner final : public Runner {
   // Runs `fn` on the device thread and waits; UNAVAILABLE when the thread
   // has been shut down.
   absl::Status OnDevice(absl::FunctionRef<void()> fn) { return device_->thread().RunSync(fn); }
+  // Runs a batch on the device thread under this model's key, so models
+  // sharing the device get fair shares of it (fair_queue.h).
+  absl::Status ServeOnDevice(absl::FunctionRef<void()> fn) {
+    return device_->thread().RunSync(device_key_.empty() ? info_.name : device_key_, fn);
+  }
   absl::Status SetUp(const RuntimeOptions& options);
   void LogReady() const;
 
@@ -135,6 +140,7 @@ class TorchRunner final : public Runner {
   std::optional<torch::jit::Module> module_;
   std::optional<CompiledPackage> package_;  // set instead of module_ for a .pt2
   std::unique_ptr<CachePolicy> cache_policy_;
+  std::string device_key_;  // RuntimeOptions::device_key
 };
 
 // The comparison settings for a load's verification: each distinct warm-up

@@ -187,7 +187,8 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   // batch 1; 11.3 ms on the owner thread); on CUDA, ResNet-50 batches of 32
   // took 470 ms instead of 16 ms from threads that had not warmed up (H200).
   std::shared_ptr<DeviceThread> thread = options.device_thread;
-  if (thread == nullptr) thread = DeviceThread::Create(choice.name);
+  if (thread == nullptr) thread = DeviceThread::Create(choice.name, {.order = options.device_order});
+  device_key_ = options.device_key;
   ASSIGN_OR_RETURN(device_, TorchDevice::Create(std::move(choice), std::move(thread)));
   // OpenMP's thread count is per calling thread: set it where forwards run.
   if (options.threads > 0) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/simulated_clock.h"
 
 namespace metalserve {
 namespace {
@@ -161,6 +163,57 @@ TEST(DeviceThreadTest, ConcurrentSubmittersEachKeepTheirOwnOrder) {
     EXPECT_EQ(seen_a[i], i);
     EXPECT_EQ(seen_b[i], i);
   }
+}
+
+// The device thread charges each item's measured time (here a simulated
+// clock the item advances) to its key and orders keys by fair_queue.h's
+// rule: a light model's batch queued behind five flood batches runs right
+// after the flood's running batch, not after all of them.
+std::vector<std::string> OrderUnder(FairQueue::Order order) {
+  SimulatedClock clock;
+  auto dt = DeviceThread::Create("cpu", {.order = order, .clock = &clock});
+  std::vector<std::string> order_seen;  // device thread only
+  auto batch = [&](std::string label) {
+    return [&, label] {
+      clock.AdvanceTime(absl::Milliseconds(10));
+      order_seen.push_back(label);
+    };
+  };
+  absl::Notification release, started;
+  EXPECT_TRUE(dt->Submit("flood:1", [&] {
+                  started.Notify();
+                  release.WaitForNotification();
+                  clock.AdvanceTime(absl::Milliseconds(10));
+                  order_seen.push_back("flood0");
+                }).ok());
+  started.WaitForNotification();
+  for (int i = 1; i <= 5; ++i) {
+    EXPECT_TRUE(dt->Submit("flood:1", batch("flood" + std::to_string(i))).ok());
+  }
+  EXPECT_TRUE(dt->Submit("light:1", batch("light")).ok());
+  release.Notify();
+  dt->Shutdown();
+  EXPECT_GE(dt->virtual_time("flood:1"), absl::Milliseconds(60));
+  return order_seen;
+}
+
+TEST(DeviceThreadTest, FairOrderRunsALightKeyBeforeAFloodedKeysBacklog) {
+  EXPECT_THAT(OrderUnder(FairQueue::Order::kFair),
+              ElementsAre("flood0", "light", "flood1", "flood2", "flood3", "flood4", "flood5"));
+  EXPECT_THAT(OrderUnder(FairQueue::Order::kFifo),
+              ElementsAre("flood0", "flood1", "flood2", "flood3", "flood4", "flood5", "light"));
+}
+
+TEST(DeviceThreadTest, UnkeyedWorkKeepsSubmissionOrderAmongItself) {
+  auto dt = DeviceThread::Create("cpu");
+  EXPECT_EQ(dt->order(), FairQueue::Order::kFair);
+  std::vector<int> seen;  // device thread only
+  absl::Notification release;
+  BlockDeviceThread(*dt, release);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(dt->Submit([&seen, i] { seen.push_back(i); }).ok());
+  release.Notify();
+  dt->Shutdown();
+  EXPECT_THAT(seen, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7, 8, 9));
 }
 
 }  // namespace
