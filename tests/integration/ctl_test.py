@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""metalservectl against the real server (docs/repository.md): build/
+metalserve with --model_repository (a copy of build/model_repository:
+identity and tiny_cnn, exported by models/export.py) and
+--model_control=explicit on a free 127.0.0.1 port and a Unix socket, driven
+through the built build/metalservectl binary:
+
+  * index prints a table (MODEL VERSION STATE REASON) of both models, READY;
+  * unload, then index shows the model no longer READY and ready exits 1
+    with NOT_FOUND; load serves it again (ready exits 0), over the Unix
+    socket as well as TCP;
+  * a bad model name: load and unload exit 1, printing NOT_FOUND, the name
+    and what the repository holds or what is loaded;
+  * metadata prints the inputs and outputs; ready --version=9 of a version
+    that does not exist exits 1 with NOT_FOUND;
+  * usage errors exit 2, --help exits 0 listing the commands, a server that
+    is not there exits 1 with UNAVAILABLE within the --timeout.
+
+A missing binary or model is a failure, not a skip. Everything it starts is
+stopped; every wait is bounded.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "testing"))
+from proc_util import Process, free_port, tail, wait_for  # noqa: E402
+
+ARGS = None
+
+
+class Ctl(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="metalserve_ctl_")
+        cls.root = os.path.join(cls.tmp, "repository")
+        shutil.copytree(ARGS.repository, cls.root)
+        cls.port = free_port()
+        cls.socket = os.path.join(cls.tmp, "grpc.sock")
+        cls.log = os.path.join(cls.tmp, "server.log")
+        cls.server = Process(
+            [ARGS.server, f"--model_repository={cls.root}", "--model_control=explicit",
+             f"--address=127.0.0.1:{cls.port},unix://{cls.socket}", "--http_address=",
+             "--metrics_address=", "--device=cpu", "--threads=1", "--cache_dir=none",
+             "--monitor_log_interval=0", "--max_batch_size=8", "--max_queue_delay=1ms"],
+            log_path=cls.log)
+
+        def ready():
+            assert cls.server.alive(), "server exited:\n" + tail(cls.log)
+            return cls.run_ctl("ready", "identity").returncode == 0
+        wait_for("server ready", ready, time.monotonic() + 120, interval=0.5)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def run_ctl(cls, *args, server=None):
+        server = server or f"127.0.0.1:{cls.port}"
+        return subprocess.run([ARGS.ctl, f"--server={server}"] + list(args),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=120)
+
+    def ctl_ok(self, *args, **kw):
+        r = self.run_ctl(*args, **kw)
+        self.assertEqual(r.returncode, 0, f"{args}: {r.stdout}{r.stderr}")
+        return r.stdout
+
+    def index_rows(self):
+        lines = self.ctl_ok("index").splitlines()
+        self.assertEqual(lines[0].split(), ["MODEL", "VERSION", "STATE", "REASON"])
+        return [line.split(None, 3) for line in lines[1:]]
+
+    def test_index_lists_every_model_and_version_with_its_state(self):
+        rows = self.index_rows()
+        self.assertIn(["identity", "1", "READY"], [r[:3] for r in rows])
+        self.assertIn(["tiny_cnn", "1", "READY"], [r[:3] for r in rows])
+
+    def test_unload_then_load_changes_what_is_served(self):
+        self.assertEqual(self.ctl_ok("unload", "tiny_cnn"), "unloaded tiny_cnn\n")
+
+        def released():
+            return ["tiny_cnn", "-", "UNAVAILABLE", "not loaded"] in self.index_rows()
+        wait_for("tiny_cnn released", released, time.monotonic() + 30)
+        r = self.run_ctl("ready", "tiny_cnn")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("NOT_FOUND", r.stderr)
+
+        unix = f"unix://{self.socket}"
+        self.assertEqual(self.ctl_ok("load", "tiny_cnn", server=unix), "loaded tiny_cnn\n")
+        self.assertEqual(self.ctl_ok("ready", "tiny_cnn", server=unix), "tiny_cnn ready\n")
+        self.assertIn(["tiny_cnn", "1", "READY"], [r[:3] for r in self.index_rows()])
+
+    def test_bad_model_name_exits_1_with_not_found_listing_the_models(self):
+        r = self.run_ctl("load", "no_such_model")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertEqual(r.stdout, "")
+        for part in ("metalservectl: NOT_FOUND: RepositoryModelLoad:", "no_such_model",
+                     "identity", "tiny_cnn"):
+            self.assertIn(part, r.stderr)
+        r = self.run_ctl("unload", "no_such_model")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        for part in ("NOT_FOUND: RepositoryModelUnload:", "no_such_model", "identity"):
+            self.assertIn(part, r.stderr)
+
+    def test_metadata_and_ready_of_a_version(self):
+        out = self.ctl_ok("metadata", "identity")
+        self.assertIn("name identity\n", out)
+        self.assertIn("versions 1\n", out)
+        self.assertRegex(out, r"input \S+ FP32 \[-1,4\]\n")
+        self.assertEqual(self.ctl_ok("ready", "identity", "--version=1"),
+                         "identity version 1 ready\n")
+        r = self.run_ctl("ready", "identity", "--version=9")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("NOT_FOUND", r.stderr)
+        self.assertIn("9", r.stderr)
+
+    def test_usage_errors_exit_2_and_help_exits_0(self):
+        for args in ([], ["frobnicate"], ["load"], ["index", "extra"]):
+            r = self.run_ctl(*args)
+            self.assertEqual(r.returncode, 2, f"{args}: {r.stdout}{r.stderr}")
+            self.assertIn("commands:", r.stderr)
+        r = subprocess.run([ARGS.ctl, "--help"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for part in ("index", "load MODEL", "unload MODEL", "--server", "--timeout"):
+            self.assertIn(part, r.stdout)
+
+    def test_server_not_there_exits_1_with_unavailable(self):
+        start = time.monotonic()
+        r = self.run_ctl("--timeout=2s", "index", server=f"127.0.0.1:{free_port()}")
+        self.assertLess(time.monotonic() - start, 30)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"metalservectl: (UNAVAILABLE|DEADLINE_EXCEEDED): ")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--server", required=True)
+    p.add_argument("--ctl", required=True)
+    p.add_argument("--repository", required=True)
+    ARGS, rest = p.parse_known_args()
+    for path in (ARGS.server, ARGS.ctl,
+                 os.path.join(ARGS.repository, "tiny_cnn", "1", "model.pt")):
+        if not os.path.exists(path):
+            sys.exit(f"ctl_test: {path} is missing (build first)")
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
