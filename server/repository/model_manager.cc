@@ -1,5 +1,9 @@
 #include "server/repository/model_manager.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <tuple>
 #include <utility>
@@ -10,6 +14,28 @@
 #include "glog/logging.h"
 
 namespace metalserve {
+namespace {
+
+// Gives the heap's free pages back to the system (every arena, pages in the
+// middle of a heap too), after a servable freed its model. The process
+// keeps large freed blocks in the heap on purpose (process_setup.cc), so
+// without this a version's weights and warm-up buffers stayed resident after
+// its unload. One walk of the free lists: milliseconds, on the release
+// thread, never on a request's path. Nothing to do where there is no glibc
+// (macOS returns freed large blocks by itself).
+void ReturnFreedHeap(absl::string_view released) {
+#ifdef __GLIBC__
+  const absl::Time start = absl::Now();
+  const int returned = malloc_trim(0);
+  VLOG(1) << "after releasing " << released << ": malloc_trim "
+          << (returned ? "returned memory" : "found nothing to return") << " in "
+          << absl::FormatDuration(absl::Now() - start);
+#else
+  (void)released;
+#endif
+}
+
+}  // namespace
 
 struct ModelManager::Loaded {
   const VersionEntry* version = nullptr;
@@ -102,6 +128,7 @@ void ModelManager::ReleaseLoop() {
     }
     const std::string released = next.second->id.ToString();
     delete next.second;  // the servable's destructor: no lock held
+    ReturnFreedHeap(released);
     LOG(INFO) << "released " << released;
     {
       absl::MutexLock lock(&mu_);

@@ -20,7 +20,10 @@
 // - An unloaded or replaced version drains: requests that took a handle
 //   before keep it alive and finish on it; it is UNLOADING until the last
 //   handle is released, then destroyed on the manager's release thread and
-//   forgotten.
+//   forgotten. With glibc, that thread then calls malloc_trim(0), so the
+//   heap pages the version freed go back to the system (the server keeps
+//   large freed blocks in its heap for reuse, server/process_setup.cc;
+//   without the trim an unload returned no resident memory on CPU).
 // - Get(model, version): "" is the newest (highest-numbered) ready version.
 //
 // States per loaded instance, for metrics and the repository index: LOADING
