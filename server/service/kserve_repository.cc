@@ -63,30 +63,46 @@ grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
 grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
-  // Loading blocks this gRPC thread for the load, verification and warm-up;
-  // the callback API runs handlers on a pool, and loads are rare.
-  return Answer(context, "RepositoryModelLoad", [&]() -> absl::Status {
-    RETURN_IF_ERROR(RefuseParameters("RepositoryModelLoad", request->parameters()));
-    if (repository_ == nullptr) return NoRepository("RepositoryModelLoad");
-    if (request->model_name().empty()) {
-      return absl::InvalidArgumentError("RepositoryModelLoad: model_name is empty");
-    }
-    return repository_->LoadModel(request->model_name());
-  });
+  return RepositoryControl(context, "RepositoryModelLoad", request->model_name(),
+                           RefuseParameters("RepositoryModelLoad", request->parameters()),
+                           /*load=*/true);
 }
 
 grpc::ServerUnaryReactor* KServeService::RepositoryModelUnload(
     grpc::CallbackServerContext* context,
     const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
-  return Answer(context, "RepositoryModelUnload", [&]() -> absl::Status {
-    RETURN_IF_ERROR(RefuseParameters("RepositoryModelUnload", request->parameters()));
-    if (repository_ == nullptr) return NoRepository("RepositoryModelUnload");
-    if (request->model_name().empty()) {
-      return absl::InvalidArgumentError("RepositoryModelUnload: model_name is empty");
-    }
-    return repository_->UnloadModel(request->model_name());
-  });
+  return RepositoryControl(context, "RepositoryModelUnload", request->model_name(),
+                           RefuseParameters("RepositoryModelUnload", request->parameters()),
+                           /*load=*/false);
+}
+
+// A load takes seconds (read, verify, warm up): it runs on the repository
+// worker, which finishes the call; this handler returns at once.
+grpc::ServerUnaryReactor* KServeService::RepositoryControl(
+    grpc::CallbackServerContext* context, absl::string_view rpc, const std::string& model,
+    const absl::Status& parameters, bool load) {
+  const absl::Time start = clock_->TimeNow();
+  if (metrics_ != nullptr) metrics_->RequestStarted(rpc);
+  const UnaryCall call{.context = context, .reactor = context->DefaultReactor(),
+                       .method = rpc, .metrics = metrics_, .start = start};
+  absl::Status refused = parameters;
+  if (refused.ok() && repository_ == nullptr) refused = NoRepository(rpc);
+  if (refused.ok() && model.empty()) {
+    refused = absl::InvalidArgumentError(absl::StrCat(rpc, ": model_name is empty"));
+  }
+  if (refused.ok()) {
+    refused = control_worker_.TryRun(
+        rpc, model,
+        [this, model, load] {
+          return load ? repository_->LoadModel(model) : repository_->UnloadModel(model);
+        },
+        [this, call](const absl::Status& s) {
+          FinishCall(call, s, s.code(), 0, RunStats{}, clock_->TimeNow());
+        });
+  }
+  if (!refused.ok()) return FinishInHandler(call, refused, clock_->TimeNow());
+  return call.reactor;
 }
 
 }  // namespace metalserve

@@ -14,9 +14,15 @@ through the built build/metalservectl binary:
   * metadata prints the inputs and outputs; ready --version=9 of a version
     that does not exist exits 1 with NOT_FOUND;
   * usage errors exit 2, --help exits 0 listing the commands, a server that
-    is not there exits 1 with UNAVAILABLE within the --timeout.
+    is not there exits 1 with UNAVAILABLE within the --timeout;
+  * gRPC loads run off gRPC's threads: LOADERS loads of a slow model (a
+    forward of ~0.5 s; warm-up and verification take seconds) at once: one
+    runs, the others and an unload meanwhile exit 1 with UNAVAILABLE
+    "another load or unload is running", and ready, metadata and index
+    answer within 1 s while it runs.
 
-A missing binary or model is a failure, not a skip. Everything it starts is
+Needs /usr/bin/python3 with torch (the slow model is scripted here). A
+missing binary or model is a failure, not a skip. Everything it starts is
 stopped; every wait is bounded.
 """
 import argparse
@@ -33,6 +39,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
 from proc_util import Process, free_port, tail, wait_for  # noqa: E402
 
 ARGS = None
+# Concurrent gRPC loads of one slow model (more than gRPC's callback threads
+# on a small machine).
+LOADERS = 8
 
 
 class Ctl(unittest.TestCase):
@@ -122,6 +131,62 @@ class Ctl(unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("NOT_FOUND", r.stderr)
         self.assertIn("9", r.stderr)
+
+    def add_slow_model(self, name):
+        """A model `name` (identity's signature) whose forward loops ~0.5 s,
+        so its load's warm-up and verification take seconds."""
+        import torch
+
+        class Slow(torch.nn.Module):
+            def forward(self, x):
+                y = torch.zeros(1)
+                for _ in range(100000):
+                    y = y + 1.0
+                return x + y * 0.0
+        os.makedirs(os.path.join(self.root, name, "1"))
+        shutil.copy(os.path.join(self.root, "identity", "config.json"),
+                    os.path.join(self.root, name))
+        with open(os.path.join(self.root, name, "config.json")) as f:
+            config = f.read().replace('"identity"', f'"{name}"')
+        with open(os.path.join(self.root, name, "config.json"), "w") as f:
+            f.write(config)
+        torch.jit.script(Slow()).save(os.path.join(self.root, name, "1", "model.pt"))
+
+    def test_requests_are_answered_while_grpc_loads_run(self):
+        # LOADERS loads at once: run on gRPC's own threads, they took every
+        # one of them and a readiness probe waited 9.5 s for the loads.
+        self.add_slow_model("slow")
+        loaders = [subprocess.Popen([ARGS.ctl, f"--server=127.0.0.1:{self.port}", "load", "slow"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    universal_newlines=True) for _ in range(LOADERS)]
+        answers = []
+        try:
+            wait_for("the load of slow started",
+                     lambda: "loading model " + os.path.join(self.root, "slow", "1")
+                     in tail(self.log, 40), time.monotonic() + 60)
+            # While it warms up: readiness, metadata and the index answer at once.
+            for args in (["ready", "identity"], ["metadata", "tiny_cnn"], ["index"]):
+                start = time.monotonic()
+                self.ctl_ok(*args)
+                self.assertLess(time.monotonic() - start, 1.0, args)
+            r = self.run_ctl("unload", "tiny_cnn")
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("UNAVAILABLE: RepositoryModelUnload:", r.stderr)
+            self.assertIn("another load or unload is running", r.stderr)
+            self.assertTrue(any(p.poll() is None for p in loaders),
+                            "the load ended before the checks")
+        finally:
+            for p in loaders:
+                out, err = p.communicate(timeout=300)
+                answers.append((p.returncode, out, err))
+        self.assertEqual([a[:2] for a in answers].count((0, "loaded slow\n")), 1, answers)
+        for code, out, err in answers:
+            if code != 0:
+                self.assertEqual(code, 1, err)
+                self.assertIn("UNAVAILABLE: RepositoryModelLoad:", err)
+                self.assertIn("another load or unload is running", err)
+        self.assertEqual(self.ctl_ok("ready", "slow"), "slow ready\n")
+        self.assertEqual(self.ctl_ok("unload", "slow"), "unloaded slow\n")
 
     def test_usage_errors_exit_2_and_help_exits_0(self):
         for args in ([], ["frobnicate"], ["load"], ["index", "extra"]):
