@@ -285,10 +285,16 @@ absl::Status ModelManager::UnloadServed(absl::string_view model) {
 }
 
 absl::StatusOr<ServableHandle> ModelManager::Get(absl::string_view model,
-                                                 absl::string_view version) const {
+                                                 absl::string_view version,
+                                                 LookupMiss* miss) const {
+  LookupMiss ignored;
+  if (miss == nullptr) miss = &ignored;
+  *miss = LookupMiss::kNone;
   absl::ReaderMutexLock lock(&mu_);
-  const auto it = served_.find(model);
+  auto it = served_.find(model);
+  if (model.empty() && served_.size() == 1) it = served_.begin();  // the only model
   if (it == served_.end()) {
+    *miss = LookupMiss::kModel;
     return absl::NotFoundError(
         absl::StrCat("model \"", model, "\" is not loaded; loaded: ", LoadedList()));
   }
@@ -299,7 +305,8 @@ absl::StatusOr<ServableHandle> ModelManager::Get(absl::string_view model,
     const auto found = versions.find(number);
     if (found != versions.end()) return found->second.handle;
   }
-  return absl::NotFoundError(absl::StrCat("model \"", model, "\" has no ready version \"",
+  *miss = LookupMiss::kVersion;
+  return absl::NotFoundError(absl::StrCat("model \"", it->first, "\" has no ready version \"",
                                           version, "\"; ready: [", VersionList(versions), "]"));
 }
 
