@@ -1,36 +1,23 @@
 // The KServe model-repository extension on inference.GRPCInferenceService:
 // RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload (Triton's
 // messages), over the ModelRepository (server/repository/model_repository.h).
-#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/status_macros.h"
 #include "server/service/kserve_service.h"
+#include "server/service/repository_errors.h"
 #include "server/service/status_util.h"
 
 namespace metalserve {
 namespace {
 
-// INVALID_ARGUMENT naming every parameter a load or unload request sets:
-// Triton's "config" and "file:..." overrides are not supported.
+// The names of the parameters a load or unload request sets.
 template <typename Map>
-absl::Status RefuseParameters(absl::string_view rpc, const Map& parameters) {
-  if (parameters.empty()) return absl::OkStatus();
+std::vector<std::string> NamesOf(const Map& parameters) {
   std::vector<std::string> names;
-  for (const auto& [name, value] : parameters) names.push_back(ClientText(name));
-  std::sort(names.begin(), names.end());
-  return absl::InvalidArgumentError(absl::StrCat(
-      rpc, " parameters [", absl::StrJoin(names, ", "),
-      "] are not supported: the model's folder and config.json are its only source"));
-}
-
-absl::Status NoRepository(absl::string_view rpc) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      rpc, ": the server was started with --model (one model); start it with "
-           "--model_repository=DIR and --model_control=explicit to load and unload models"));
+  for (const auto& [name, value] : parameters) names.push_back(name);
+  return names;
 }
 
 }  // namespace
@@ -64,7 +51,7 @@ grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
   return RepositoryControl(context, "RepositoryModelLoad", request->model_name(),
-                           RefuseParameters("RepositoryModelLoad", request->parameters()),
+                           RefuseRepositoryParameters("RepositoryModelLoad", NamesOf(request->parameters())),
                            /*load=*/true);
 }
 
@@ -73,7 +60,7 @@ grpc::ServerUnaryReactor* KServeService::RepositoryModelUnload(
     const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
   return RepositoryControl(context, "RepositoryModelUnload", request->model_name(),
-                           RefuseParameters("RepositoryModelUnload", request->parameters()),
+                           RefuseRepositoryParameters("RepositoryModelUnload", NamesOf(request->parameters())),
                            /*load=*/false);
 }
 
@@ -87,7 +74,7 @@ grpc::ServerUnaryReactor* KServeService::RepositoryControl(
   const UnaryCall call{.context = context, .reactor = context->DefaultReactor(),
                        .method = rpc, .metrics = metrics_, .start = start};
   absl::Status refused = parameters;
-  if (refused.ok() && repository_ == nullptr) refused = NoRepository(rpc);
+  if (refused.ok() && repository_ == nullptr) refused = NoRepositoryError(rpc);
   if (refused.ok() && model.empty()) {
     refused = absl::InvalidArgumentError(absl::StrCat(rpc, ": model_name is empty"));
   }

@@ -2,8 +2,7 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "server/service/status_util.h"
+#include "server/service/repository_errors.h"
 
 namespace metalserve {
 
@@ -15,9 +14,7 @@ absl::Status RepositoryWorker::TryRun(absl::string_view rpc, absl::string_view m
     return absl::UnavailableError("the server is shutting down; retry elsewhere");
   }
   if (busy_) {
-    return absl::UnavailableError(absl::StrCat(
-        rpc, " of \"", ClientText(model),
-        "\": another load or unload is running; retry when it is done"));
+    return RepositoryBusyError(rpc, model);
   }
   busy_ = true;
   if (thread_.joinable()) thread_.join();  // finished: it cleared busy_
