@@ -179,12 +179,17 @@ class Ctl(unittest.TestCase):
             for p in loaders:
                 out, err = p.communicate(timeout=300)
                 answers.append((p.returncode, out, err))
-        self.assertEqual([a[:2] for a in answers].count((0, "loaded slow\n")), 1, answers)
-        for code, out, err in answers:
-            if code != 0:
-                self.assertEqual(code, 1, err)
-                self.assertIn("UNAVAILABLE: RepositoryModelLoad:", err)
-                self.assertIn("another load or unload is running", err)
+        # One ran; those that came while it ran were refused (one arriving
+        # after it, on a slow machine, finds nothing to do and succeeds).
+        loaded = [a for a in answers if a[:2] == (0, "loaded slow\n")]
+        refused = [a for a in answers if a[0] != 0]
+        self.assertEqual(len(loaded) + len(refused), LOADERS, answers)
+        self.assertGreaterEqual(len(loaded), 1, answers)
+        self.assertGreaterEqual(len(refused), 1, answers)
+        for code, out, err in refused:
+            self.assertEqual(code, 1, err)
+            self.assertIn("UNAVAILABLE: RepositoryModelLoad:", err)
+            self.assertIn("another load or unload is running", err)
         self.assertEqual(self.ctl_ok("ready", "slow"), "slow ready\n")
         self.assertEqual(self.ctl_ok("unload", "slow"), "unloaded slow\n")
 
