@@ -17,21 +17,20 @@ namespace metalserve {
 namespace {
 
 // Gives the heap's free pages back to the system (every arena, pages in the
-// middle of a heap too), after a servable freed its model. The process
-// keeps large freed blocks in the heap on purpose (process_setup.cc), so
-// without this a version's weights and warm-up buffers stayed resident after
-// its unload. One walk of the free lists: milliseconds, on the release
-// thread, never on a request's path. Nothing to do where there is no glibc
-// (macOS returns freed large blocks by itself).
-void ReturnFreedHeap(absl::string_view released) {
+// middle of a heap too), after a servable freed its model; returns what it
+// did, for the "released" log line. The process keeps large freed blocks in
+// the heap on purpose (process_setup.cc), so without this a version's
+// weights and warm-up buffers stayed resident after its unload. One walk of
+// the free lists, on the release thread, never on a request's path. Nothing
+// to do where there is no glibc (macOS returns large freed blocks itself).
+std::string ReturnFreedHeap() {
 #ifdef __GLIBC__
   const absl::Time start = absl::Now();
   const int returned = malloc_trim(0);
-  VLOG(1) << "after releasing " << released << ": malloc_trim "
-          << (returned ? "returned memory" : "found nothing to return") << " in "
-          << absl::FormatDuration(absl::Now() - start);
+  return absl::StrCat("; heap trimmed in ", absl::FormatDuration(absl::Now() - start),
+                      returned ? "" : " (nothing to return)");
 #else
-  (void)released;
+  return "";
 #endif
 }
 
@@ -128,8 +127,7 @@ void ModelManager::ReleaseLoop() {
     }
     const std::string released = next.second->id.ToString();
     delete next.second;  // the servable's destructor: no lock held
-    ReturnFreedHeap(released);
-    LOG(INFO) << "released " << released;
+    LOG(INFO) << "released " << released << ReturnFreedHeap();
     {
       absl::MutexLock lock(&mu_);
       instances_.erase(next.first);
