@@ -15,13 +15,15 @@ through the built build/metalservectl binary:
     that does not exist exits 1 with NOT_FOUND;
   * usage errors exit 2, --help exits 0 listing the commands, a server that
     is not there exits 1 with UNAVAILABLE within the --timeout;
+  * --tls_ca/--tls_cert/--tls_key reach a server under mutual TLS (certificates
+    made with openssl), which refuses it without a client certificate;
   * gRPC loads run off gRPC's threads: LOADERS loads of a slow model (a
     forward of ~0.5 s; warm-up and verification take seconds) at once: one
     runs, the others and an unload meanwhile exit 1 with UNAVAILABLE
     "another load or unload is running", and ready, metadata and index
     answer within 1 s while it runs.
 
-Needs /usr/bin/python3 with torch (the slow model is scripted here). A
+Needs /usr/bin/python3 with torch (the slow model is scripted here) and openssl. A
 missing binary or model is a failure, not a skip. Everything it starts is
 stopped; every wait is bounded.
 """
@@ -192,6 +194,7 @@ class Ctl(unittest.TestCase):
             self.assertIn("another load or unload is running", err)
         self.assertEqual(self.ctl_ok("ready", "slow"), "slow ready\n")
         self.assertEqual(self.ctl_ok("unload", "slow"), "unloaded slow\n")
+        shutil.rmtree(os.path.join(self.root, "slow"))  # not for the other tests' servers
 
     def test_usage_errors_exit_2_and_help_exits_0(self):
         for args in ([], ["frobnicate"], ["load"], ["index", "extra"]):
@@ -203,6 +206,37 @@ class Ctl(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         for part in ("index", "load MODEL", "unload MODEL", "--server", "--timeout"):
             self.assertIn(part, r.stdout)
+
+    def test_tls_flags_connect_under_mutual_tls(self):
+        from lifecycle_test import make_pki  # noqa: E402 (the same folder)
+        pki = os.path.join(self.tmp, "pki")
+        os.makedirs(pki)
+        make_pki(pki)
+        port = free_port()
+        log = os.path.join(self.tmp, "tls_server.log")
+        server = Process(
+            [ARGS.server, f"--model_repository={self.root}", "--model_control=explicit",
+             f"--address=127.0.0.1:{port}", "--http_address=", "--metrics_address=",
+             "--device=cpu", "--threads=1", "--cache_dir=none", "--monitor_log_interval=0",
+             f"--tls_cert={pki}/server.pem", f"--tls_key={pki}/server.key",
+             f"--tls_client_ca={pki}/ca.pem"], log_path=log)
+        try:
+            tls = [f"--tls_ca={pki}/ca.pem", f"--tls_cert={pki}/client.pem",
+                   f"--tls_key={pki}/client.key"]
+
+            def ready():
+                assert server.alive(), "server exited:\n" + tail(log)
+                return self.run_ctl(*tls, "ready", "identity",
+                                    server=f"127.0.0.1:{port}").returncode == 0
+            wait_for("TLS server ready", ready, time.monotonic() + 120, interval=0.5)
+            self.assertIn("identity", self.ctl_ok(*tls, "index", server=f"127.0.0.1:{port}"))
+            # Without a client certificate, or without TLS: refused.
+            for args in (tls[:1], []):
+                r = self.run_ctl(*args, "--timeout=5s", "index", server=f"127.0.0.1:{port}")
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertRegex(r.stderr, r"metalservectl: (UNAVAILABLE|DEADLINE_EXCEEDED): ")
+        finally:
+            server.stop()
 
     def test_server_not_there_exits_1_with_unavailable(self):
         start = time.monotonic()
