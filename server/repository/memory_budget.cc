@@ -78,7 +78,15 @@ absl::StatusOr<uint64_t> MemoryBudget::Reserve(const ServableId& id, const std::
 void MemoryBudget::Correct(uint64_t ticket, int64_t bytes) {
   absl::MutexLock lock(&mu_);
   const auto it = reservations_.find(ticket);
-  if (it != reservations_.end()) it->second.bytes = bytes;
+  if (it == reservations_.end()) return;
+  it->second.bytes = bytes;
+  last_figure_[{it->second.id.model, it->second.device}] = bytes;
+}
+
+int64_t MemoryBudget::LastFigure(const std::string& model, const std::string& device) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const auto it = last_figure_.find({model, device});
+  return it == last_figure_.end() ? 0 : it->second;
 }
 
 void MemoryBudget::Release(uint64_t ticket) {

@@ -6,7 +6,8 @@
 // figures, when the device's reservations plus the estimate would pass the
 // budget. After the load the server Correct()s the figure with what the load
 // measured, and Release()s it when the version's servable is destroyed (its
-// last handle released). A budget of 0 admits everything but still keeps the
+// last handle released). The measured figure is remembered per model and
+// device (LastFigure), so the model's next load reserves at least that. A budget of 0 admits everything but still keeps the
 // figures. The budget is per device: every device gets the same budget.
 //
 // A reload keeps the old version resident while the new one loads, so the new
@@ -23,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -75,9 +77,15 @@ class MemoryBudget {
   //    MiB of its 0.05 MiB budget free (loaded: tiny_cnn version 1 0.04 MiB)"
   absl::StatusOr<uint64_t> Reserve(const ServableId& id, const std::string& device,
                                    int64_t bytes);
-  // Replaces a reservation's figure (what the load measured). Unknown
+  // Replaces a reservation's figure (what the load measured) and remembers
+  // it as the model's last figure on that device (LastFigure). Unknown
   // tickets are ignored.
   void Correct(uint64_t ticket, int64_t bytes);
+  // The figure the last corrected load of `model` on `device` counted (kept
+  // after its release); 0 when none. The next load of that model (a reload,
+  // or a load after an unload) reserves at least this much: the file-size
+  // estimate misses a model's activations, its measurement does not.
+  int64_t LastFigure(const std::string& model, const std::string& device) const;
   // Gives a reservation back. Unknown tickets are ignored.
   void Release(uint64_t ticket);
 
@@ -98,6 +106,9 @@ class MemoryBudget {
   const Options options_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
+  // (model, device) -> the last corrected figure; bounded by the models
+  // ever loaded.
+  std::map<std::pair<std::string, std::string>, int64_t> last_figure_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -1,5 +1,9 @@
 #include "server/repository/model_manager.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <tuple>
 #include <utility>
@@ -10,6 +14,27 @@
 #include "glog/logging.h"
 
 namespace metalserve {
+namespace {
+
+// Gives the heap's free pages back to the system (every arena, pages in the
+// middle of a heap too), after a servable freed its model; returns what it
+// did, for the "released" log line. The process keeps large freed blocks in
+// the heap on purpose (process_setup.cc), so without this a version's
+// weights and warm-up buffers stayed resident after its unload. One walk of
+// the free lists, on the release thread, never on a request's path. Nothing
+// to do where there is no glibc (macOS returns large freed blocks itself).
+std::string ReturnFreedHeap() {
+#ifdef __GLIBC__
+  const absl::Time start = absl::Now();
+  const int returned = malloc_trim(0);
+  return absl::StrCat("; heap trimmed in ", absl::FormatDuration(absl::Now() - start),
+                      returned ? "" : " (nothing to return)");
+#else
+  return "";
+#endif
+}
+
+}  // namespace
 
 struct ModelManager::Loaded {
   const VersionEntry* version = nullptr;
@@ -102,7 +127,7 @@ void ModelManager::ReleaseLoop() {
     }
     const std::string released = next.second->id.ToString();
     delete next.second;  // the servable's destructor: no lock held
-    LOG(INFO) << "released " << released;
+    LOG(INFO) << "released " << released << ReturnFreedHeap();
     {
       absl::MutexLock lock(&mu_);
       instances_.erase(next.first);
@@ -258,10 +283,16 @@ absl::Status ModelManager::UnloadServed(absl::string_view model) {
 }
 
 absl::StatusOr<ServableHandle> ModelManager::Get(absl::string_view model,
-                                                 absl::string_view version) const {
+                                                 absl::string_view version,
+                                                 LookupMiss* miss) const {
+  LookupMiss ignored;
+  if (miss == nullptr) miss = &ignored;
+  *miss = LookupMiss::kNone;
   absl::ReaderMutexLock lock(&mu_);
-  const auto it = served_.find(model);
+  auto it = served_.find(model);
+  if (model.empty() && served_.size() == 1) it = served_.begin();  // the only model
   if (it == served_.end()) {
+    *miss = LookupMiss::kModel;
     return absl::NotFoundError(
         absl::StrCat("model \"", model, "\" is not loaded; loaded: ", LoadedList()));
   }
@@ -272,7 +303,8 @@ absl::StatusOr<ServableHandle> ModelManager::Get(absl::string_view model,
     const auto found = versions.find(number);
     if (found != versions.end()) return found->second.handle;
   }
-  return absl::NotFoundError(absl::StrCat("model \"", model, "\" has no ready version \"",
+  *miss = LookupMiss::kVersion;
+  return absl::NotFoundError(absl::StrCat("model \"", it->first, "\" has no ready version \"",
                                           version, "\"; ready: [", VersionList(versions), "]"));
 }
 

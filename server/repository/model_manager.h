@@ -20,7 +20,10 @@
 // - An unloaded or replaced version drains: requests that took a handle
 //   before keep it alive and finish on it; it is UNLOADING until the last
 //   handle is released, then destroyed on the manager's release thread and
-//   forgotten.
+//   forgotten. With glibc, that thread then calls malloc_trim(0), so the
+//   heap pages the version freed go back to the system (the server keeps
+//   large freed blocks in its heap for reuse, server/process_setup.cc;
+//   without the trim an unload returned no resident memory on CPU).
 // - Get(model, version): "" is the newest (highest-numbered) ready version.
 //
 // States per loaded instance, for metrics and the repository index: LOADING
@@ -74,6 +77,11 @@ struct VersionStatus {
   std::string reason;  // why UNAVAILABLE; "" otherwise
 };
 
+// Which part of a lookup (ModelManager::Get, ModelLookup::Find) named
+// nothing that is served, so that callers word the NotFound without reading
+// its text.
+enum class LookupMiss { kNone, kModel, kVersion };
+
 class ModelManager {
  public:
   struct Options {
@@ -104,10 +112,13 @@ class ModelManager {
   absl::Status Unload(absl::string_view model);
 
   // A handle to a ready version: `version` "" for the newest, else its
-  // decimal number. NotFound naming the value and listing what is loaded
-  // (for an unknown model) or the model's ready versions (for an unknown
-  // version).
-  absl::StatusOr<ServableHandle> Get(absl::string_view model, absl::string_view version) const;
+  // decimal number; `model` "" for the only model served when exactly one
+  // is (one map lookup, as for a name). NotFound naming the value and
+  // listing what is loaded (for an unknown model, or "" with none or several
+  // served) or the model's ready versions (for an unknown version); then
+  // `*miss`, when given, says which of the two it was.
+  absl::StatusOr<ServableHandle> Get(absl::string_view model, absl::string_view version,
+                                     LookupMiss* miss = nullptr) const;
 
   // Every instance the manager knows, by model, then version, then state.
   std::vector<VersionStatus> States() const;

@@ -1,36 +1,23 @@
 // The KServe model-repository extension on inference.GRPCInferenceService:
 // RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload (Triton's
 // messages), over the ModelRepository (server/repository/model_repository.h).
-#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/status_macros.h"
 #include "server/service/kserve_service.h"
+#include "server/service/repository_errors.h"
 #include "server/service/status_util.h"
 
 namespace metalserve {
 namespace {
 
-// INVALID_ARGUMENT naming every parameter a load or unload request sets:
-// Triton's "config" and "file:..." overrides are not supported.
+// The names of the parameters a load or unload request sets.
 template <typename Map>
-absl::Status RefuseParameters(absl::string_view rpc, const Map& parameters) {
-  if (parameters.empty()) return absl::OkStatus();
+std::vector<std::string> NamesOf(const Map& parameters) {
   std::vector<std::string> names;
-  for (const auto& [name, value] : parameters) names.push_back(ClientText(name));
-  std::sort(names.begin(), names.end());
-  return absl::InvalidArgumentError(absl::StrCat(
-      rpc, " parameters [", absl::StrJoin(names, ", "),
-      "] are not supported: the model's folder and config.json are its only source"));
-}
-
-absl::Status NoRepository(absl::string_view rpc) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      rpc, ": the server was started with --model (one model); start it with "
-           "--model_repository=DIR and --model_control=explicit to load and unload models"));
+  for (const auto& [name, value] : parameters) names.push_back(name);
+  return names;
 }
 
 }  // namespace
@@ -63,30 +50,46 @@ grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
 grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
-  // Loading blocks this gRPC thread for the load, verification and warm-up;
-  // the callback API runs handlers on a pool, and loads are rare.
-  return Answer(context, "RepositoryModelLoad", [&]() -> absl::Status {
-    RETURN_IF_ERROR(RefuseParameters("RepositoryModelLoad", request->parameters()));
-    if (repository_ == nullptr) return NoRepository("RepositoryModelLoad");
-    if (request->model_name().empty()) {
-      return absl::InvalidArgumentError("RepositoryModelLoad: model_name is empty");
-    }
-    return repository_->LoadModel(request->model_name());
-  });
+  return RepositoryControl(context, "RepositoryModelLoad", request->model_name(),
+                           RefuseRepositoryParameters("RepositoryModelLoad", NamesOf(request->parameters())),
+                           /*load=*/true);
 }
 
 grpc::ServerUnaryReactor* KServeService::RepositoryModelUnload(
     grpc::CallbackServerContext* context,
     const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
-  return Answer(context, "RepositoryModelUnload", [&]() -> absl::Status {
-    RETURN_IF_ERROR(RefuseParameters("RepositoryModelUnload", request->parameters()));
-    if (repository_ == nullptr) return NoRepository("RepositoryModelUnload");
-    if (request->model_name().empty()) {
-      return absl::InvalidArgumentError("RepositoryModelUnload: model_name is empty");
-    }
-    return repository_->UnloadModel(request->model_name());
-  });
+  return RepositoryControl(context, "RepositoryModelUnload", request->model_name(),
+                           RefuseRepositoryParameters("RepositoryModelUnload", NamesOf(request->parameters())),
+                           /*load=*/false);
+}
+
+// A load takes seconds (read, verify, warm up): it runs on the repository
+// worker, which finishes the call; this handler returns at once.
+grpc::ServerUnaryReactor* KServeService::RepositoryControl(
+    grpc::CallbackServerContext* context, absl::string_view rpc, const std::string& model,
+    const absl::Status& parameters, bool load) {
+  const absl::Time start = clock_->TimeNow();
+  if (metrics_ != nullptr) metrics_->RequestStarted(rpc);
+  const UnaryCall call{.context = context, .reactor = context->DefaultReactor(),
+                       .method = rpc, .metrics = metrics_, .start = start};
+  absl::Status refused = parameters;
+  if (refused.ok() && repository_ == nullptr) refused = NoRepositoryError(rpc);
+  if (refused.ok() && model.empty()) {
+    refused = absl::InvalidArgumentError(absl::StrCat(rpc, ": model_name is empty"));
+  }
+  if (refused.ok()) {
+    refused = control_worker_.TryRun(
+        rpc, model,
+        [this, model, load] {
+          return load ? repository_->LoadModel(model) : repository_->UnloadModel(model);
+        },
+        [this, call](const absl::Status& s) {
+          FinishCall(call, s, s.code(), 0, RunStats{}, clock_->TimeNow());
+        });
+  }
+  if (!refused.ok()) return FinishInHandler(call, refused, clock_->TimeNow());
+  return call.reactor;
 }
 
 }  // namespace metalserve

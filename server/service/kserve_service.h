@@ -19,7 +19,10 @@
 //
 // Model repository extension (kserve_repository.cc): RepositoryIndex,
 // RepositoryModelLoad and RepositoryModelUnload call the ModelRepository's
-// Index, LoadModel and UnloadModel. Request `parameters` are refused with
+// Index, LoadModel and UnloadModel. Loads and unloads run on one worker
+// thread (repository_worker.h), never on a gRPC thread; one at a time, a
+// second meanwhile is refused UNAVAILABLE "another load or unload is
+// running". Request `parameters` are refused with
 // INVALID_ARGUMENT naming them. A server started with --model (no
 // repository) lists its one model and refuses load and unload with
 // FAILED_PRECONDITION.
@@ -30,8 +33,10 @@
 // Ownership: does not own the lookup, repository or metrics; they must
 // outlive the gRPC server the service is registered with.
 // Thread-safety: the handlers are called concurrently by gRPC; SetReady() may
-// be called from any thread. Destruction: nothing to stop; the gRPC server
-// must have been shut down first (its tasks point into the service).
+// be called from any thread. Destruction: waits for a running load or unload
+// (StopRepositoryControl); call that before the gRPC server shuts down, as
+// the load finishes its call; the gRPC server must have been shut down
+// before the destructor (its tasks point into the service).
 #ifndef METALSERVE_SERVER_SERVICE_KSERVE_SERVICE_H_
 #define METALSERVE_SERVER_SERVICE_KSERVE_SERVICE_H_
 
@@ -47,6 +52,7 @@
 #include "server/repository/model_repository.h"
 #include "server/service/access_log.h"
 #include "server/service/model_lookup.h"
+#include "server/service/repository_worker.h"
 #include "server/service/rpc_task.h"
 
 namespace metalserve {
@@ -71,6 +77,9 @@ class KServeService final
   // A compressed body (--accept_compression) is inflated up to this many
   // bytes (inflate_body.h). Set before the server starts. Default 64 MiB.
   void set_max_request_bytes(int64_t bytes) { max_request_bytes_ = bytes; }
+  // Refuses further loads and unloads (UNAVAILABLE) and waits for the
+  // running one, which answers its call. For the server's shutdown.
+  void StopRepositoryControl() { control_worker_.Stop(); }
 
   grpc::ServerUnaryReactor* ServerLive(
       grpc::CallbackServerContext* context,
@@ -122,6 +131,12 @@ class KServeService final
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                    absl::string_view method, Fill fill);
 
+  // RepositoryModelLoad / Unload: `parameters` is the check of the
+  // request's parameters; the work goes to control_worker_.
+  grpc::ServerUnaryReactor* RepositoryControl(grpc::CallbackServerContext* context,
+                                              absl::string_view rpc, const std::string& model,
+                                              const absl::Status& parameters, bool load);
+
   const ModelLookup* const models_;
   ModelRepository* const repository_;
   Metrics* const metrics_;
@@ -131,6 +146,7 @@ class KServeService final
   std::atomic<bool> ready_{false};
   std::atomic<bool> cut_off_{false};
   int64_t max_request_bytes_ = int64_t{64} << 20;
+  RepositoryWorker control_worker_;  // last: stopped before the rest goes
 };
 
 template <typename Fill>

@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -18,15 +17,21 @@ SingleModelLookup::SingleModelLookup(std::unique_ptr<ModelServable> servable) {
       LoadedServable{std::move(id), std::move(servable)}));
 }
 
-absl::StatusOr<ServableHandle> SingleModelLookup::Get(absl::string_view model,
-                                                      absl::string_view version) const {
+absl::StatusOr<ServableHandle> SingleModelLookup::Find(absl::string_view model,
+                                                       absl::string_view version,
+                                                       LookupMiss* miss) const {
+  LookupMiss ignored;
+  if (miss == nullptr) miss = &ignored;
+  *miss = LookupMiss::kNone;
   const ModelInfo& info = ServableOf(handle_).info();
   if (!model.empty() && model != info.name) {
+    *miss = LookupMiss::kModel;
     return absl::NotFoundError(absl::StrCat("'", ClientText(model),
                                             "' is not served here; this server serves '",
                                             info.name, "'"));
   }
   if (!version.empty() && version != info.version) {
+    *miss = LookupMiss::kVersion;
     return absl::NotFoundError(absl::StrCat(
         "version '", ClientText(version), "' of model '", info.name,
         "' is not served here; this server serves version '", info.version, "'"));
@@ -34,14 +39,10 @@ absl::StatusOr<ServableHandle> SingleModelLookup::Get(absl::string_view model,
   return handle_;
 }
 
-absl::StatusOr<ServableHandle> ManagerLookup::Get(absl::string_view model,
-                                                  absl::string_view version) const {
-  if (model.empty()) {  // the only model served, if there is one
-    std::vector<ServableHandle> served = Served();
-    if (served.size() == 1) return manager_->Get(served.front().id().model, version);
-    return manager_->Get("", version);  // NotFound listing what is loaded
-  }
-  return manager_->Get(model, version);
+absl::StatusOr<ServableHandle> ManagerLookup::Find(absl::string_view model,
+                                                   absl::string_view version,
+                                                   LookupMiss* miss) const {
+  return manager_->Get(model, version, miss);  // "" is the only model served
 }
 
 std::vector<ServableHandle> ManagerLookup::Served() const {
@@ -66,12 +67,10 @@ const ModelInfo& NoModelInfo() {
 
 absl::StatusOr<ServableHandle> LookUpModel(const ModelLookup& lookup, absl::string_view field,
                                            absl::string_view model, absl::string_view version) {
-  absl::StatusOr<ServableHandle> h = lookup.Get(model, version);
-  if (h.ok() || h.status().code() != absl::StatusCode::kNotFound) return h;
+  LookupMiss miss = LookupMiss::kNone;
+  absl::StatusOr<ServableHandle> h = lookup.Find(model, version, &miss);
+  if (h.ok() || miss != LookupMiss::kModel) return h;
   absl::string_view message = h.status().message();
-  if (absl::StartsWith(message, "version ") || absl::StrContains(message, "no ready version")) {
-    return h;
-  }
   absl::ConsumePrefix(&message, "model ");  // the manager's: model "x" is not loaded
   return absl::NotFoundError(absl::StrCat(field, " ", message));
 }

@@ -33,10 +33,15 @@ class ModelLookup {
   virtual ~ModelLookup() = default;
   // A handle to `model` at `version` ("" is the newest ready version; an
   // empty `model` is the only model when exactly one is served). NotFound
-  // naming the value and listing what is loaded otherwise. The handle's
-  // servable is a ModelServable.
-  virtual absl::StatusOr<ServableHandle> Get(absl::string_view model,
-                                             absl::string_view version) const = 0;
+  // naming the value and listing what is loaded otherwise, and then `*miss`
+  // (when given) says whether the model or the version was not found. The
+  // handle's servable is a ModelServable. Cheap: no list is built, also for
+  // an empty `model`.
+  virtual absl::StatusOr<ServableHandle> Find(absl::string_view model, absl::string_view version,
+                                              LookupMiss* miss) const = 0;
+  absl::StatusOr<ServableHandle> Get(absl::string_view model, absl::string_view version) const {
+    return Find(model, version, nullptr);
+  }
   // Every version served now, by model then version.
   virtual std::vector<ServableHandle> Served() const = 0;
   // The model when this lookup can only ever serve one (--model), at no
@@ -53,9 +58,10 @@ inline ModelServable& ServableOf(const ServableHandle& handle) {
   return *handle.As<ModelServable>();
 }
 
-// lookup.Get(model, version); a NotFound for the model's name starts with
-// `field` (the request field that named it, e.g. "model_name"), one for its
-// version does not (the same text on every front end).
+// lookup.Get(model, version); a NotFound for the model's name (LookupMiss::
+// kModel) starts with `field` (the request field that named it, e.g.
+// "model_name"), one for its version does not (the same text on every front
+// end).
 absl::StatusOr<ServableHandle> LookUpModel(const ModelLookup& lookup, absl::string_view field,
                                            absl::string_view model, absl::string_view version);
 
@@ -69,8 +75,8 @@ class SingleModelLookup final : public ModelLookup {
  public:
   // Serves `servable` under its runner's name and version.
   explicit SingleModelLookup(std::unique_ptr<ModelServable> servable);
-  absl::StatusOr<ServableHandle> Get(absl::string_view model,
-                                     absl::string_view version) const override;
+  absl::StatusOr<ServableHandle> Find(absl::string_view model, absl::string_view version,
+                                      LookupMiss* miss) const override;
   std::vector<ServableHandle> Served() const override { return {handle_}; }
   ServableHandle SoleModel() const override { return handle_; }
 
@@ -82,8 +88,8 @@ class ManagerLookup final : public ModelLookup {
  public:
   // `manager` is not owned and must outlive the lookup.
   explicit ManagerLookup(const ModelManager* manager) : manager_(manager) {}
-  absl::StatusOr<ServableHandle> Get(absl::string_view model,
-                                     absl::string_view version) const override;
+  absl::StatusOr<ServableHandle> Find(absl::string_view model, absl::string_view version,
+                                      LookupMiss* miss) const override;
   std::vector<ServableHandle> Served() const override;
 
  private:

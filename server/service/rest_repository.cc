@@ -11,16 +11,15 @@
 // is refused 503 (the repository runs them one at a time anyway).
 #include <microhttpd.h>
 
-#include <algorithm>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "server/repository/model_repository.h"
+#include "server/service/repository_errors.h"
 #include "server/service/rest_call.h"
 #include "server/service/rest_server.h"
 #include "server/service/status_util.h"
@@ -46,8 +45,8 @@ absl::StatusOr<Json> BodyObject(absl::string_view path, const std::string& body)
   return j;
 }
 
-// INVALID_ARGUMENT naming every parameter a load or unload sets, as the
-// gRPC handlers word it: Triton's "config" and "file:..." are not supported.
+// INVALID_ARGUMENT for "parameters" that is not an object, and naming every
+// parameter a load or unload sets (RefuseRepositoryParameters).
 absl::Status RefuseParameters(absl::string_view rpc, const Json& body) {
   const auto it = body.find("parameters");
   if (it == body.end() || it->is_null()) return absl::OkStatus();
@@ -55,13 +54,9 @@ absl::Status RefuseParameters(absl::string_view rpc, const Json& body) {
     return absl::InvalidArgumentError(absl::StrCat(
         rpc, " parameters must be an object, got ", ClientText(it->dump())));
   }
-  if (it->empty()) return absl::OkStatus();
   std::vector<std::string> names;
-  for (const auto& [name, value] : it->items()) names.push_back(ClientText(name));
-  std::sort(names.begin(), names.end());
-  return absl::InvalidArgumentError(absl::StrCat(
-      rpc, " parameters [", absl::StrJoin(names, ", "),
-      "] are not supported: the model's folder and config.json are its only source"));
+  for (const auto& [name, value] : it->items()) names.push_back(name);
+  return RefuseRepositoryParameters(rpc, std::move(names));
 }
 
 Json IndexJson(const std::vector<IndexEntry>& index) {
@@ -127,18 +122,14 @@ int RestServer::RepositoryControl(MHD_Connection* connection, Call* call, bool l
   if (!body.ok()) return fail(body.status());
   if (absl::Status s = RefuseParameters(rpc, *body); !s.ok()) return fail(s);
   if (options_.repository == nullptr) {
-    return fail(absl::FailedPreconditionError(absl::StrCat(
-        rpc, ": the server was started with --model (one model); start it with "
-             "--model_repository=DIR and --model_control=explicit to load and unload models")));
+    return fail(NoRepositoryError(rpc));
   }
   if (stopping_.load()) {
     return fail(absl::UnavailableError("the server is shutting down; retry elsewhere"));
   }
   bool idle = false;
   if (!repository_busy_.compare_exchange_strong(idle, true)) {
-    return fail(absl::UnavailableError(absl::StrCat(
-        rpc, " of \"", ClientText(name),
-        "\": another load or unload is running; retry when it is done")));
+    return fail(RepositoryBusyError(rpc, name));
   }
   // Suspended before the worker can resume it, so that the resume follows.
   call->submitted = true;

@@ -105,8 +105,11 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::LoadWithinBudget
   std::error_code error;
   const auto file_size = std::filesystem::file_size(r.model_path, error);
   const int64_t file_bytes = error ? 0 : static_cast<int64_t>(file_size);
-  const int64_t estimate = EstimateLoadBytes(file_bytes, precision, r.signature.inputs,
-                                             r.signature.outputs, batching.max_batch_size);
+  const int64_t from_file = EstimateLoadBytes(file_bytes, precision, r.signature.inputs,
+                                              r.signature.outputs, batching.max_batch_size);
+  // What this model's last load counted, when that is more: it includes the
+  // activations the file-size estimate cannot see.
+  const int64_t estimate = std::max(from_file, budget->LastFigure(r.id.model, device));
   ASSIGN_OR_RETURN(const uint64_t ticket, budget->Reserve(r.id, device, estimate));
   const int64_t rss_before = ResidentBytes();
   absl::StatusOr<std::unique_ptr<ModelServable>> servable = LoadServable(r, std::move(batching));
@@ -118,7 +121,7 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::LoadWithinBudget
   int64_t figure = estimate;
   std::string measured = "not measured on this device";
   if ((*servable)->info().device == "cpu" && rss_before >= 0 && rss_after >= 0) {
-    figure = std::max(estimate, rss_after - rss_before);
+    figure = std::max(from_file, rss_after - rss_before);
     measured = absl::StrCat("resident set grew ", FormatMiB(rss_after - rss_before));
   }
   budget->Correct(ticket, figure);

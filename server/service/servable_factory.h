@@ -15,13 +15,13 @@
 //
 // Memory admission: with Options::memory_budget, a load first reserves its
 // estimate (EstimateLoadBytes: the file's size, the precision, the batch
-// buffers for max_batch_size rows) on its device and is refused with
-// ResourceExhausted naming the figures when the budget would be passed.
-// After the load the figure becomes what the load measured: on CPU the
-// growth of the process's resident set, but never less than the estimate
-// (RSS growth hides pages that the allocator reused from an earlier free:
-// main keeps large freed blocks in the heap); on other devices the estimate
-// stays. Both are logged. The figure is given back when the servable is
+// buffers for max_batch_size rows; or, when more, what the model's last
+// load counted on that device, MemoryBudget::LastFigure) on its device and
+// is refused with ResourceExhausted naming the figures when the budget would
+// be passed. After the load the figure becomes what the load measured: on
+// CPU the growth of the process's resident set, but never less than the
+// file-size estimate (RSS growth hides pages that the allocator reused from
+// an earlier free); on other devices the reservation stays. Both are logged. The figure is given back when the servable is
 // destroyed (its last handle released).
 //
 // Metrics: every Load is counted in model_loads_total{model,outcome}.

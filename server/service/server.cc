@@ -228,6 +228,9 @@ void InferenceServer::Shutdown(absl::Duration timeout) {
   }
   SetServing(false);
   if (rest_ != nullptr) rest_->StopAccepting();
+  // A gRPC load or unload running on its worker answers its call while the
+  // gRPC server still runs.
+  if (kserve_ != nullptr) kserve_->StopRepositoryControl();
   if (server_ != nullptr) StopGrpc(absl::Now() + timeout);
   // Every served version answers what it queued; versions unloaded before
   // drain by themselves (their requests hold them).

@@ -68,6 +68,20 @@ TEST(MemoryBudgetTest, CorrectReplacesTheEstimateWithTheMeasuredFigure) {
   EXPECT_EQ(budget->Used("cpu"), 0);
 }
 
+TEST(MemoryBudgetTest, RemembersAModelsLastMeasuredFigurePerDeviceAfterItsRelease) {
+  auto budget = BudgetOf(0);
+  EXPECT_EQ(budget->LastFigure("m", "cpu"), 0);
+  const uint64_t ticket = *budget->Reserve({"m", 1}, "cpu", 2 * kMiB);
+  EXPECT_EQ(budget->LastFigure("m", "cpu"), 0);  // an estimate is not remembered
+  budget->Correct(ticket, 9 * kMiB);
+  budget->Release(ticket);
+  EXPECT_EQ(budget->LastFigure("m", "cpu"), 9 * kMiB);
+  EXPECT_EQ(budget->LastFigure("m", "cuda:0"), 0);
+  EXPECT_EQ(budget->LastFigure("other", "cpu"), 0);
+  budget->Correct(*budget->Reserve({"m", 2}, "cpu", 9 * kMiB), 7 * kMiB);
+  EXPECT_EQ(budget->LastFigure("m", "cpu"), 7 * kMiB);
+}
+
 TEST(MemoryBudgetTest, ZeroBudgetAdmitsEverythingButKeepsTheFigures) {
   auto budget = BudgetOf(0);
   EXPECT_TRUE(budget->Reserve({"a", 1}, "cpu", int64_t{1} << 50).ok());

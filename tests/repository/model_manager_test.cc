@@ -107,6 +107,39 @@ TEST_F(ModelManagerTest, UnknownModelOrVersionIsNotFoundListingWhatIsLoaded) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("\"latest\"")));
 }
 
+TEST_F(ModelManagerTest, GetSaysWhetherTheModelOrTheVersionWasNotFound) {
+  ASSERT_THAT(manager_->Load(Entry("a", {1, 2})), IsOk());
+  LookupMiss miss = LookupMiss::kVersion;
+  EXPECT_THAT(manager_->Get("a", "2", &miss), IsOk());
+  EXPECT_EQ(miss, LookupMiss::kNone);
+  EXPECT_THAT(manager_->Get("c", "", &miss), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(miss, LookupMiss::kModel);
+  EXPECT_THAT(manager_->Get("a", "3", &miss), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(miss, LookupMiss::kVersion);
+  // A version named like the model's message ("version ...") is still the version.
+  EXPECT_THAT(manager_->Get("version 1", "1", &miss), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(miss, LookupMiss::kModel);
+}
+
+TEST_F(ModelManagerTest, EmptyModelNameIsTheOnlyModelServedAndNotFoundWithSeveral) {
+  LookupMiss miss = LookupMiss::kNone;
+  EXPECT_THAT(manager_->Get("", "", &miss),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("loaded: none")));
+  EXPECT_EQ(miss, LookupMiss::kModel);
+  ASSERT_THAT(manager_->Load(Entry("a", {1, 2})), IsOk());
+  EXPECT_EQ(ServedVersion(""), 2);
+  EXPECT_EQ(ServedVersion("", "1"), 1);
+  EXPECT_THAT(manager_->Get("", "5", &miss),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("model \"a\" has no ready version \"5\"")));
+  EXPECT_EQ(miss, LookupMiss::kVersion);
+  ASSERT_THAT(manager_->Load(Entry("b", {7})), IsOk());
+  EXPECT_THAT(manager_->Get("", "", &miss),
+              StatusIs(absl::StatusCode::kNotFound,
+                       AllOf(HasSubstr("\"\" is not loaded"), HasSubstr("a [1,2], b [7]"))));
+  EXPECT_EQ(miss, LookupMiss::kModel);
+}
+
 TEST_F(ModelManagerTest, ReloadSwitchesToTheNewVersionAndKeepsTheOldAliveForItsHolders) {
   ASSERT_THAT(manager_->Load(Entry("m", {1})), IsOk());
   absl::StatusOr<ServableHandle> admitted = manager_->Get("m", "");

@@ -24,6 +24,7 @@ namespace metalserve {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 // A FakeRunner the test can reach after the manager owns it; counts how many
 // are alive.
@@ -134,6 +135,21 @@ TEST_F(ModelServableTest, WithOneModelLeftAnEmptyNameMeansItButAVersionStillCoun
   const grpc::Status s = stub_->GetModelMetadata(&ctx, req, &meta);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("\"a\" has no ready version \"7\"; ready: [1]"));
+}
+
+TEST_F(ModelServableTest, ModelNotFoundNamesTheRequestFieldWhateverTheModelIsCalled) {
+  // "no ready version" is in the manager's wording of a version miss; the
+  // miss is still the model's.
+  for (const std::string name : {"c", "no ready version", "version 2"}) {
+    const absl::StatusOr<ServableHandle> h = LookUpModel(*lookup_, "model_name", name, "");
+    EXPECT_EQ(h.status().code(), absl::StatusCode::kNotFound) << name;
+    EXPECT_THAT(std::string(h.status().message()),
+                StartsWith("model_name \"" + name + "\" is not loaded; loaded: a [1], b [1]"));
+  }
+  const absl::StatusOr<ServableHandle> h = LookUpModel(*lookup_, "model_name", "a", "9");
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(h.status().message()),
+              StartsWith("model \"a\" has no ready version \"9\""));
 }
 
 TEST_F(ModelServableTest, RequestAdmittedBeforeUnloadFinishesOnItsVersion) {
