@@ -40,7 +40,9 @@ class PredictTask final : public RpcInferTask {
                      clock, start, cut_off),
         request_(std::move(request)),
         response_bytes_(response),
-        model_(std::move(model)) {}
+        model_(std::move(model)) {
+    set_model_metrics(ServableOf(model_).metrics());
+  }
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
@@ -131,6 +133,7 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   const ModelInfo& info = servable.info();
   call.access_log = access_log_;
   call.model = &info;
+  call.model_metrics = servable.metrics();  // refusals from here on count for it
   // A full queue refuses before the tensors are decoded.
   if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
   absl::StatusOr<std::vector<InputView>> inputs =

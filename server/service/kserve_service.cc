@@ -48,7 +48,9 @@ class KServeTask final : public RpcInferTask {
         storage_(std::move(storage)),
         outputs_(std::move(outputs)),
         model_(std::move(model)),
-        stats_(&ServableOf(model_).kserve_statistics()) {}
+        stats_(&ServableOf(model_).kserve_statistics()) {
+    set_model_metrics(ServableOf(model_).metrics());
+  }
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
@@ -231,6 +233,7 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   model = *std::move(found);
   ModelServable& servable = ServableOf(model);
   const ModelInfo& info = servable.info();
+  call.model_metrics = servable.metrics();  // refusals from here on count for it
   // A full queue refuses before the contents are converted.
   if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
   std::vector<std::string> storage;
