@@ -109,7 +109,10 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   // With one model only (--model), a full queue refuses before the body is
   // parsed; otherwise after the model name is read (below).
   if (const ServableHandle sole = models_->SoleModel()) {
-    if (absl::Status s = CheckQueueRoom(ServableOf(sole).batcher()); !s.ok()) return fail(s);
+    if (absl::Status s = CheckQueueRoom(ServableOf(sole).batcher()); !s.ok()) {
+      call.model_metrics = ServableOf(sole).metrics();  // its own queue refused it
+      return fail(s);
+    }
   }
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
   grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);

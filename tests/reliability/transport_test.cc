@@ -206,6 +206,10 @@ TEST_F(TransportTest, MalformedPredictBodyIsInvalidArgumentAndCounted) {
   EXPECT_THAT(s.error_message(),
               HasSubstr("request body (11 bytes) is not a valid metalserve.v1.PredictRequest"));
   EXPECT_EQ(RequestsTotal("Predict", "INVALID_ARGUMENT"), 1);
+  // It named no model: counted without model labels.
+  EXPECT_EQ(testing::Sample(metrics_->Scrape(), R"(metalserve_requests_total{)"
+                                                R"(code="INVALID_ARGUMENT",method="Predict",model="fake"})"),
+            0);
   v1::PredictResponse resp;
   EXPECT_TRUE(Call(MakeRequest(1, 1), &resp).ok()) << "the server keeps answering";
 }
@@ -247,6 +251,13 @@ TEST_F(TransportTest, FullQueueRefusesBeforeParsingTheBody) {
     const grpc::Status s = RawCall(method, kGarbage);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << method << ": " << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr("refused before reading the request")) << method;
+  }
+  // Counted under the only model, whose queue refused them.
+  const std::string scrape = metrics_->Scrape();
+  for (const char* method : {"Predict", "ModelInfer"}) {
+    const std::string series = absl::StrCat(R"(metalserve_requests_total{code="UNAVAILABLE",)",
+                                            R"(method=")", method, R"(",model="fake"})");
+    EXPECT_EQ(testing::Sample(scrape, series), 1) << method;
   }
   runner_.OpenGate();
   for (auto& t : callers) t.join();
