@@ -207,9 +207,9 @@ TEST_F(TransportTest, MalformedPredictBodyIsInvalidArgumentAndCounted) {
               HasSubstr("request body (11 bytes) is not a valid metalserve.v1.PredictRequest"));
   EXPECT_EQ(RequestsTotal("Predict", "INVALID_ARGUMENT"), 1);
   // It named no model: counted without model labels.
-  EXPECT_EQ(testing::Sample(metrics_->Scrape(), R"(metalserve_requests_total{)"
-                                                R"(code="INVALID_ARGUMENT",method="Predict",model="fake"})"),
-            0);
+  const std::string labelled =
+      R"(metalserve_requests_total{code="INVALID_ARGUMENT",method="Predict",model="fake"})";
+  EXPECT_EQ(testing::Sample(metrics_->Scrape(), labelled), 0);
   v1::PredictResponse resp;
   EXPECT_TRUE(Call(MakeRequest(1, 1), &resp).ok()) << "the server keeps answering";
 }
