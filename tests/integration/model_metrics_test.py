@@ -13,7 +13,11 @@ identity and tiny_cnn, tiny_cnn with its own max_queue_size), and
     labels;
   * after tiny_cnn is unloaded and has drained, /metrics holds none of its
     series, Prometheus's instant queries return none (staleness), and
-    identity's are untouched.
+    identity's are untouched;
+  * a load that fails (a corrupt identity version 2) creates no series for
+    that version, and the dashboard's model state and load panels and the
+    MetalserveModelLoadFailed alert (read from deploy/, which
+    dashboard_alerts_test.py cannot check under --model) name it.
 
 Everything runs on 127.0.0.1 with free ports, bounded by --timeout; every
 process it starts is stopped, pass or fail. Needs /usr/bin/python3 with
@@ -24,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -36,6 +41,7 @@ import urllib.parse
 import urllib.request
 
 import grpc
+import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
@@ -99,7 +105,7 @@ class ModelMetrics(unittest.TestCase):
         global kpb, kgrpc, npb, ngrpc
         from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kgrpc
         from metalserve.v1 import inference_pb2 as npb, inference_pb2_grpc as ngrpc
-        root = os.path.join(cls.tmp, "repository")
+        root = cls.root = os.path.join(cls.tmp, "repository")
         shutil.copytree(ARGS.repository, root)
         config = os.path.join(root, "tiny_cnn", "config.json")
         with open(config) as f:
@@ -203,9 +209,16 @@ class ModelMetrics(unittest.TestCase):
     # --- the test ----------------------------------------------------------------
 
     def test_series_follow_each_loaded_version_and_go_with_its_unload(self):
-        tiny = 'model="tiny_cnn",version="1"'
-        ident = 'model="identity",version="1"'
-        # Created at load, at zero, before any traffic.
+        self.check_created_at_zero_before_traffic()
+        self.check_traffic_is_counted_under_its_model_only()
+        self.check_unload_removes_the_series()
+        self.check_failed_load_shows_in_state_panel_and_alert()
+
+    TINY = 'model="tiny_cnn",version="1"'
+    IDENT = 'model="identity",version="1"'
+
+    def check_created_at_zero_before_traffic(self):
+        tiny, ident = self.TINY, self.IDENT
         self.wait_value(f'metalserve_queue_capacity_rows{{{tiny}}}', TINY_QUEUE)
         self.wait_value(f'metalserve_queue_capacity_rows{{{ident}}}', FLAG_QUEUE)
         for model, method in (("tiny_cnn", "Predict"), ("identity", "ModelInfer"),
@@ -215,6 +228,8 @@ class ModelMetrics(unittest.TestCase):
                 f'code="OK"}}'), 0, method)
         self.assertEqual(self.value(f'metalserve_queue_depth_rows{{{tiny}}}'), 0)
 
+    def check_traffic_is_counted_under_its_model_only(self):
+        tiny, ident, ok = self.TINY, self.IDENT, 'code="OK"'
         self.assertEqual([self.predict("tiny_cnn") for _ in range(N)], ["OK"] * N)
         self.assertEqual([self.model_infer("identity") for _ in range(N)], ["OK"] * N)
         self.assertEqual([self.rest_infer("identity") for _ in range(N)], [200] * N)
@@ -223,13 +238,11 @@ class ModelMetrics(unittest.TestCase):
         self.assertEqual(unknown, ["NOT_FOUND"] * (2 * N_UNKNOWN))
         self.assertEqual([self.rest_infer(f"nope-{i}") for i in range(N_UNKNOWN)],
                          [404] * N_UNKNOWN)
-
-        ok = 'code="OK"'
         self.wait_value(f'metalserve_requests_total{{{tiny},method="Predict",{ok}}}', N)
         self.wait_value(f'metalserve_requests_total{{{ident},method="ModelInfer",{ok}}}', N)
         self.wait_value(f'metalserve_requests_total{{{ident},method="http_ModelInfer",{ok}}}',
                         N)
-        self.wait_value(f'sum(metalserve_requests_total{{model="",code="NOT_FOUND"}})',
+        self.wait_value('sum(metalserve_requests_total{model="",code="NOT_FOUND"})',
                         3 * N_UNKNOWN)
         # Each under its own model only.
         self.assertEqual(self.value(f'sum(metalserve_requests_total{{{tiny},'
@@ -253,6 +266,7 @@ class ModelMetrics(unittest.TestCase):
             'seconds_count)"})')}
         self.assertEqual(models, {"", "identity", "tiny_cnn"})
 
+    def check_unload_removes_the_series(self):
         self.kserve.RepositoryModelUnload(
             kpb.RepositoryModelUnloadRequest(model_name="tiny_cnn"), timeout=60)
         # Gone from /metrics once drained and freed...
@@ -262,9 +276,57 @@ class ModelMetrics(unittest.TestCase):
         wait_for("tiny_cnn's series stale in Prometheus", lambda: not self.query(
             '{__name__=~"metalserve_(requests_total|queue_depth_rows|batch_size_rows_count)",'
             'model="tiny_cnn"}'), self.deadline, POLL_S)
-        self.assertEqual(self.value(f'metalserve_requests_total{{{ident},method="ModelInfer",'
-                                    f'{ok}}}'), N)
+        self.assertEqual(self.value(f'metalserve_requests_total{{{self.IDENT},'
+                                    f'method="ModelInfer",code="OK"}}'), N)
         self.assertTrue(self.scraped_model_lines("identity"))
+
+    def check_failed_load_shows_in_state_panel_and_alert(self):
+        os.makedirs(os.path.join(self.root, "identity", "2"))
+        with open(os.path.join(self.root, "identity", "2", "model.pt"), "wb") as f:
+            f.write(b"not a TorchScript archive")
+        with self.assertRaises(grpc.RpcError):
+            self.kserve.RepositoryModelLoad(
+                kpb.RepositoryModelLoadRequest(model_name="identity"), timeout=120)
+        self.assertEqual(self.model_infer("identity"), "OK")  # version 1 serves
+        lines = self.scraped_model_lines("identity")
+        self.assertTrue(lines)
+        self.assertEqual([l for l in lines if 'version="2"' in l], [])
+        panels = dashboard_queries()
+        state = self.wait_labels(panels[("Model versions and their state", "A")],
+                                 lambda l: l.get("state") == "UNAVAILABLE")
+        self.assertIn(("identity", "2", "UNAVAILABLE"),
+                      {(l.get("model"), l.get("version"), l.get("state")) for l in state})
+        loads = self.wait_labels(panels[("Model loads and their outcome", "A")],
+                                 lambda l: l.get("outcome") == "failed")
+        self.assertIn(("identity", "failed"), {(l["model"], l["outcome"]) for l in loads})
+        alert = re.sub(r"\s*==\s*1\s*$", "", alert_rules()["MetalserveModelLoadFailed"])
+        self.assertEqual([(l["model"], l["version"]) for l in self.wait_labels(alert)],
+                         [("identity", "2")])
+
+    def wait_labels(self, promql, want=lambda labels: True):
+        """The label sets `promql` returns, once one of them satisfies `want`."""
+        def labels():
+            got = [dict(k) for k in self.query(promql)]
+            return got if any(want(l) for l in got) else None
+        return wait_for(f"series from {promql}", labels, self.deadline, POLL_S)
+
+
+def dashboard_queries():
+    """{(panel title, refId): expr} of deploy/grafana/metalserve.json, its
+    variables substituted as Grafana would for every instance and model."""
+    with open(os.path.join(ARGS.source_dir, "deploy/grafana/metalserve.json")) as f:
+        board = json.load(f)
+    return {(p["title"], t["refId"]): t["expr"].replace("$job", "metalserve")
+            .replace("$instance", ".*").replace("$model", ".*")
+            .replace("$__rate_interval", "1m")
+            for p in board["panels"] for t in p.get("targets", [])}
+
+
+def alert_rules():
+    """{alert name: expr} of deploy/prometheus/alerts.yml."""
+    with open(os.path.join(ARGS.source_dir, "deploy/prometheus/alerts.yml")) as f:
+        groups = yaml.safe_load(f)["groups"]
+    return {r["alert"]: r["expr"].strip() for g in groups for r in g["rules"]}
 
 
 def main():
@@ -273,6 +335,7 @@ def main():
     p.add_argument("--server", required=True, help="build/metalserve")
     p.add_argument("--repository", required=True, help="build/model_repository")
     p.add_argument("--proto_dir", required=True, help="the repository's proto/")
+    p.add_argument("--source_dir", required=True, help="the source tree (deploy/)")
     p.add_argument("--prometheus", default="/usr/bin/prometheus")
     p.add_argument("--timeout", type=float, default=150,
                    help="seconds for the whole test, start-up included")
