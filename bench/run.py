@@ -137,10 +137,13 @@ class Server:
 
 
 def batch_counts(m):
-    rows = m.get("metalserve_batch_size_rows_sum", 0.0)
-    n = m.get("metalserve_batch_size_rows_count", 0.0)
-    pad = m.get("metalserve_batch_padding_rows_total", 0.0)
-    return rows, n, pad
+    """Rows, batches and padding rows, summed over the model versions (the
+    batch families carry model and version labels)."""
+    def total(name):
+        return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
+    return (total("metalserve_batch_size_rows_sum"),
+            total("metalserve_batch_size_rows_count"),
+            total("metalserve_batch_padding_rows_total"))
 
 
 def sweep(a, server, levels):

@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Test binaries (build targets) run against every mutation, with the
 # gtest filter that keeps the run short.
 TESTS = ["batcher_test", "service_test", "reliability_test", "tls_test",
-         "kserve_test", "metrics_test", "client_loadgen_test"]
+         "kserve_test", "metrics_test", "model_metrics_test", "client_loadgen_test"]
 EXTRA_TARGETS = ["metalserve-bench"]  # reliability_test runs it
 
 # (name, file, original text, mutated text, the test expected to catch it)
@@ -72,6 +72,14 @@ MUTATIONS = [
      "series.requests[CodeIndex(code)]->Increment();",
      "(void)series.requests[CodeIndex(code)];",
      "metrics_test EmptyListenAddressStartsNoListenerButScrapes (count 1)"),
+    ("model-request-not-counted", "server/metrics/metrics.cc",
+     "m->requests[CodeIndex(code)]->Increment();",
+     "(void)m->requests[CodeIndex(code)];",
+     "model_metrics_test RecordsRequestsAndBatchesUnderTheirVersionOnly"),
+    ("model-series-kept", "server/metrics/model_series.cc",
+     "  Remove(*it->second.series);",
+     "  (void)it->second.series;",
+     "model_metrics_test DestroyingTheHandleRemovesEveryOneOfItsSeries"),
 ]
 
 

@@ -300,7 +300,6 @@ metalserve::MetricsOptions MetricsOptionsFromFlags() {
   mo.monitor_window = absl::GetFlag(FLAGS_monitor_window);
   mo.monitor_max_age = absl::GetFlag(FLAGS_monitor_max_age);
   mo.monitor_log_interval = absl::GetFlag(FLAGS_monitor_log_interval);
-  mo.queue_capacity_rows = absl::GetFlag(FLAGS_max_queue_size);
   return mo;
 }
 

@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "server/metrics/http_listener.h"
 #include "server/metrics/metrics_families.h"
+#include "server/metrics/model_series.h"
 #include "server/metrics/monitor.h"
 
 namespace metalserve {
@@ -26,6 +27,8 @@ namespace {
 using metrics_internal::BatchFamilies;
 using metrics_internal::CodeIndex;
 using metrics_internal::MethodSeries;
+using metrics_internal::ModelSeries;
+using metrics_internal::ModelSeriesSet;
 using metrics_internal::MonitorCollectable;
 using metrics_internal::RequestFamilies;
 using metrics_internal::RuntimeFamilies;
@@ -49,11 +52,6 @@ absl::Status ValidateOptions(const MetricsOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("monitor_log_interval must not be negative, got ",
                      absl::FormatDuration(options.monitor_log_interval)));
-  }
-  if (options.queue_capacity_rows < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("queue_capacity_rows must not be negative, got ",
-                     options.queue_capacity_rows));
   }
   if (options.listen_address.empty()) return absl::OkStatus();
   const size_t colon = options.listen_address.rfind(':');
@@ -88,7 +86,6 @@ class MetricsImpl final : public Metrics {
   void RequestStarted(absl::string_view method) override;
   void RequestFinished(absl::string_view method, absl::StatusCode code,
                        absl::Duration latency) override;
-  void QueueWait(absl::Duration wait) override;
   void PriorityRequestFinished(int level, absl::StatusCode code,
                                absl::Duration latency) override;
   void AccessLogLinesDropped(int64_t lines) override {
@@ -98,10 +95,8 @@ class MetricsImpl final : public Metrics {
     server_.unread_cut.Increment(static_cast<double>(calls));
     server_.unread_cut_bytes.Increment(static_cast<double>(bytes));
   }
-  void BatchCompleted(int64_t rows, int64_t padding_rows,
-                      absl::string_view reason,
-                      absl::Duration compute) override;
-  void SetQueueDepth(int64_t rows) override;
+  std::unique_ptr<ModelMetrics> ForModel(absl::string_view model, absl::string_view version,
+                                         int64_t queue_capacity_rows) override;
   void SetMemory(const MemoryFigures& memory) override;
   void CacheCleared(absl::string_view trigger,
                     absl::Duration duration) override;
@@ -126,6 +121,14 @@ class MetricsImpl final : public Metrics {
   }
   MonitorSnapshot Monitor() const override { return monitor_.Snapshot(); }
 
+  // The end of a request recorded in a model version's series: what every
+  // request's end updates besides its own series.
+  void RequestEnded(absl::StatusCode code, absl::Duration latency) {
+    requests_.inflight.Decrement();
+    monitor_.Record(latency, code);
+  }
+  ModelSeriesSet& model_series() { return model_series_; }
+
  private:
   // Sets the child of `family` labelled {kind=`kind`} to `value`, or removes
   // it when `value` < 0.
@@ -149,6 +152,7 @@ class MetricsImpl final : public Metrics {
   BatchFamilies batches_;
   RuntimeFamilies runtime_;
   ServerFamilies server_;
+  ModelSeriesSet model_series_;  // children of requests_ and batches_
   // By priority level; children are added on first use (Family::Add finds an
   // existing child under the family's own lock).
   Family<prometheus::Counter>& priority_requests_;
@@ -180,9 +184,10 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
       monitor_(options.monitor_window, options.monitor_max_age, clock_),
       monitor_collectable_(std::make_shared<MonitorCollectable>(&monitor_)),
       requests_(*registry_),
-      batches_(*registry_, options.queue_capacity_rows),
+      batches_(*registry_),
       runtime_(*registry_),
       server_(*registry_),
+      model_series_(&requests_, &batches_),
       priority_requests_(prometheus::BuildCounter()
                              .Name("metalserve_priority_requests_total")
                              .Help("Admitted inference requests by priority level and "
@@ -264,21 +269,56 @@ void MetricsImpl::PriorityRequestFinished(int level, absl::StatusCode code,
       .Observe(absl::ToDoubleSeconds(latency));
 }
 
-void MetricsImpl::QueueWait(absl::Duration wait) {
-  batches_.queue_duration.Observe(absl::ToDoubleSeconds(wait));
-}
+// One model version's handle: records into its series and, for a request's
+// end, the server-wide inflight gauge and monitor. Releases its series when
+// destroyed.
+class ModelMetricsImpl final : public ModelMetrics {
+ public:
+  ModelMetricsImpl(MetricsImpl* metrics, std::string model, std::string version,
+                   int64_t queue_capacity_rows)
+      : metrics_(metrics),
+        model_(std::move(model)),
+        version_(std::move(version)),
+        series_(*metrics->model_series().Acquire(model_, version_, queue_capacity_rows)) {}
+  ~ModelMetricsImpl() override { metrics_->model_series().Release(model_, version_); }
 
-void MetricsImpl::BatchCompleted(int64_t rows, int64_t padding_rows,
-                                 absl::string_view reason,
-                                 absl::Duration compute) {
-  batches_.rows.Observe(static_cast<double>(rows));
-  if (padding_rows > 0) batches_.padding_rows.Increment(static_cast<double>(padding_rows));
-  batches_.reasons.Get(reason)->Increment();
-  batches_.compute_duration.Observe(absl::ToDoubleSeconds(compute));
-}
+  void RequestFinished(absl::string_view method, absl::StatusCode code,
+                       absl::Duration latency) override {
+    const MethodSeries* m = series_.Method(method);
+    if (m == nullptr) {  // not an inference method: no model labels
+      metrics_->RequestFinished(method, code, latency);
+      return;
+    }
+    m->requests[CodeIndex(code)]->Increment();
+    m->duration->Observe(absl::ToDoubleSeconds(latency));
+    metrics_->RequestEnded(code, latency);
+  }
+  void QueueWait(absl::Duration wait) override {
+    series_.queue_duration->Observe(absl::ToDoubleSeconds(wait));
+  }
+  void BatchCompleted(int64_t rows, int64_t padding_rows, absl::string_view reason,
+                      absl::Duration compute) override {
+    series_.rows->Observe(static_cast<double>(rows));
+    if (padding_rows > 0) series_.padding_rows->Increment(static_cast<double>(padding_rows));
+    series_.Reason(reason)->Increment();
+    series_.compute_duration->Observe(absl::ToDoubleSeconds(compute));
+  }
+  void SetQueueDepth(int64_t rows) override {
+    series_.queue_depth->Set(static_cast<double>(rows));
+  }
 
-void MetricsImpl::SetQueueDepth(int64_t rows) {
-  batches_.queue_depth.Set(static_cast<double>(rows));
+ private:
+  MetricsImpl* const metrics_;
+  const std::string model_;
+  const std::string version_;
+  const ModelSeries& series_;
+};
+
+std::unique_ptr<ModelMetrics> MetricsImpl::ForModel(absl::string_view model,
+                                                    absl::string_view version,
+                                                    int64_t queue_capacity_rows) {
+  return std::make_unique<ModelMetricsImpl>(this, std::string(model), std::string(version),
+                                            queue_capacity_rows);
 }
 
 void MetricsImpl::SetOptionalGauge(Family<Gauge>& family, Gauge*& child,

@@ -1,21 +1,37 @@
 // Every Prometheus metric family of the server and the rolling latency/error
 // monitor. The only target that sees prometheus-cpp.
 //
-// Families (all prefixed metalserve_):
-//   requests_total{method,code}            counter, every gRPC outcome
-//   request_duration_seconds{method}       histogram, 100us..10s
-//   queue_duration_seconds                 histogram
-//   compute_duration_seconds               histogram (one per batch)
-//   batch_size_rows                        histogram of realised rows
-//   batch_padding_rows_total               counter
+// Families (all prefixed metalserve_). Those marked [model] carry the labels
+// model and version (the version that answered) and are recorded through a
+// ModelMetrics handle (below): their series exist while that version is
+// loaded, at zero before its first request, and are removed when it has
+// been unloaded and drained, so their cardinality follows what is loaded.
+//   requests_total{method,code}            counter, every gRPC/REST outcome;
+//     [model] for an inference method (Predict, ModelInfer,
+//     http_ModelInfer) once the request named a loaded version; without
+//     model/version (model="" in PromQL) for the other methods (health,
+//     metadata, repository...) and for inference requests refused before a
+//     loaded version was found (unknown model or version, malformed body),
+//     so a hostile client's model names never create series. Each request is
+//     counted once: sum() over the family is every request.
+//   request_duration_seconds{method}       histogram, 100us..10s; [model] as
+//                                          requests_total
+//   queue_duration_seconds                 [model] histogram
+//   compute_duration_seconds               [model] histogram (one per batch)
+//   batch_size_rows                        [model] histogram of realised rows
+//   batch_padding_rows_total               [model] counter
+//   batches_total{reason}                  [model] counter, why each batch
+//                                          closed (full, delay_expired,
+//                                          no_delay, draining, no_gain, other)
+//   queue_depth_rows                       [model] gauge
+//   queue_capacity_rows                    [model] gauge: the version's
+//                                          max_queue_size
+//   inflight_requests                      gauge (every method)
 //   access_log_dropped_lines_total         counter, --access_log lines dropped
 //                                          because its queue was full
 //   unread_responses_cut_total,            counters: calls cut off because
 //   unread_response_bytes_cut_total        their client did not read the answer
 //                                          (unread_response_guard.h), and its bytes
-//   batches_total{reason}                  counter, why each batch closed
-//   queue_depth_rows, inflight_requests    gauges
-//   queue_capacity_rows                    gauge, when the options give it
 //   device_memory_bytes{kind}              gauge: allocated | reserved | limit
 //   process_resident_memory_bytes          gauge
 //   cache_clears_total{trigger}            counter
@@ -46,10 +62,11 @@
 //
 // Label values are bounded: methods "Predict", "GetModelMetadata" and
 // "http_ModelInfer" (KServe REST infer; REST methods start "http_"), every
-// gRPC code, batch reasons "full" and "delay_expired", and cache triggers
-// "every_n", "interval", "watermark", "oom" exist from the start (at zero);
-// up to 16 further values per label are learned at run time, and any beyond
-// those are counted under "other".
+// gRPC code, and cache triggers "every_n", "interval", "watermark", "oom"
+// exist from the start (at zero); up to 16 further values per label are
+// learned at run time, and any beyond those are counted under "other". A
+// loaded version's series are all created by ForModel: the three inference
+// methods times every code, the batch reasons listed above.
 //
 // Thread-safety: every method is thread-safe. Recording methods take no lock
 // held across anything but a few arithmetic operations (hot path < 1 us).
@@ -94,10 +111,6 @@ struct MetricsOptions {
   // Connections the listener serves at once; further ones are closed on
   // accept. Bounds the descriptors clients can take. Default 64.
   int listen_max_connections = 64;
-  // Capacity of the batcher queue, in rows, exported as
-  // queue_capacity_rows so that saturation (depth / capacity) can be
-  // alerted on. Zero: unknown, the gauge is not exported.
-  int64_t queue_capacity_rows = 0;
   // Rolling monitor window, in requests. Default 100.
   int64_t monitor_window = 100;
   // Requests that finished longer ago than this leave the monitor window, so
@@ -122,6 +135,35 @@ struct MemoryFigures {
   int64_t resident_bytes = -1;
 };
 
+// The series of one loaded model version ([model] families above), as its
+// servable records into them. Made by Metrics::ForModel; the servable owns
+// it and destroys it when the version is freed (unloaded and drained).
+//
+// Thread-safety: every method is thread-safe and lock-free on the hot path.
+// Lifetime: the Metrics that made it must outlive it. Destruction removes
+// the version's series from every family, unless another handle for the
+// same model and version is still alive (a version reloaded while its old
+// copy drains): the series go with the last one.
+class ModelMetrics {
+ public:
+  virtual ~ModelMetrics() = default;
+  // An inference request answered by this version (the service edge's
+  // Metrics::RequestFinished, with model and version): `method` is
+  // "Predict", "ModelInfer" or "http_ModelInfer"; any other method is
+  // recorded without model labels. Pairs with Metrics::RequestStarted.
+  virtual void RequestFinished(absl::string_view method, absl::StatusCode code,
+                               absl::Duration latency) = 0;
+  virtual void QueueWait(absl::Duration wait) = 0;
+  // `rows`: request rows the batch carried, padding excluded;
+  // `padding_rows`: rows added to reach an allowed batch size.
+  // `reason` is the batcher's close reason ("full", "delay_expired", ...;
+  // others are counted as "other").
+  virtual void BatchCompleted(int64_t rows, int64_t padding_rows,
+                              absl::string_view reason,
+                              absl::Duration compute) = 0;
+  virtual void SetQueueDepth(int64_t rows) = 0;
+};
+
 class Metrics {
  public:
   // InvalidArgument / Unavailable (with the address) when the listener cannot
@@ -141,9 +183,10 @@ class Metrics {
   // Every RPC outcome, once. Also feeds the rolling monitor, which counts
   // the caller's errors apart from the server's (ClassifyOutcome). Pair each RequestStarted with one
   // RequestFinished (inflight_requests is their difference).
+  // Recorded without model labels: once a request has found its version,
+  // record its end through that version's ModelMetrics instead.
   virtual void RequestFinished(absl::string_view method, absl::StatusCode code,
                                absl::Duration latency) = 0;
-  virtual void QueueWait(absl::Duration wait) = 0;
   // An admitted inference request's outcome by its priority level
   // (metalserve_priority_requests_total{priority,code} and
   // metalserve_priority_request_duration_seconds{priority}; levels are
@@ -156,14 +199,15 @@ class Metrics {
   // read by the client.
   virtual void UnreadResponsesCut(int64_t /*calls*/, int64_t /*bytes*/) {}
 
-  // --- batch executor -----------------------------------------------------
-  // `rows`: request rows the batch carried, padding excluded;
-  // `padding_rows`: rows added to reach an allowed batch size.
-  // `reason` is the batcher's close reason ("full", "delay_expired", ...).
-  virtual void BatchCompleted(int64_t rows, int64_t padding_rows,
-                              absl::string_view reason,
-                              absl::Duration compute) = 0;
-  virtual void SetQueueDepth(int64_t rows) = 0;
+  // --- model versions -----------------------------------------------------
+  // The series of `model` at `version`, created now at zero (every code of
+  // every inference method, every batch reason, queue depth 0 and
+  // queue_capacity_rows = `queue_capacity_rows`, the version's
+  // max_queue_size; 0: no capacity series). Called when a version is
+  // loaded, never for a name a client sent that is not loaded.
+  virtual std::unique_ptr<ModelMetrics> ForModel(absl::string_view model,
+                                                 absl::string_view version,
+                                                 int64_t queue_capacity_rows) = 0;
 
   // --- runtime ------------------------------------------------------------
   // A figure of -1 removes its series until a later call reports it.

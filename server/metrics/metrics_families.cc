@@ -19,12 +19,6 @@ Counter& SingleCounter(prometheus::Registry& registry, const char* name,
   return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
 }
 
-Histogram& SingleHistogram(prometheus::Registry& registry, const char* name,
-                           const char* help, Histogram::BucketBoundaries buckets) {
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add(
-      {}, std::move(buckets));
-}
-
 prometheus::MetricFamily MonitorGauge(const char* name, const char* help, double value) {
   prometheus::ClientMetric metric;
   metric.gauge.value = value;
@@ -58,11 +52,13 @@ int CodeIndex(absl::StatusCode code) {
 RequestFamilies::RequestFamilies(prometheus::Registry& registry)
     : requests(prometheus::BuildCounter()
                    .Name("metalserve_requests_total")
-                   .Help("RPCs finished, by method and gRPC code.")
+                   .Help("RPCs finished, by method and gRPC code; inference requests that found "
+                         "a loaded version also by model and version.")
                    .Register(registry)),
       duration(prometheus::BuildHistogram()
                    .Name("metalserve_request_duration_seconds")
-                   .Help("RPC latency from arrival to finish, by method.")
+                   .Help("RPC latency from arrival to finish, by method; inference requests "
+                         "that found a loaded version also by model and version.")
                    .Register(registry)),
       inflight(SingleGauge(registry, "metalserve_inflight_requests",
                            "RPCs started and not yet finished.")),
@@ -78,34 +74,38 @@ RequestFamilies::RequestFamilies(prometheus::Registry& registry)
         return s;
       }) {}
 
-BatchFamilies::BatchFamilies(prometheus::Registry& registry, int64_t queue_capacity_rows)
-    : queue_duration(SingleHistogram(registry, "metalserve_queue_duration_seconds",
-                                     "Time a request waited in the batcher queue.",
-                                     LatencyBuckets())),
-      compute_duration(SingleHistogram(
-          registry, "metalserve_compute_duration_seconds",
-          "Time of one batch's forward pass, copies included.", LatencyBuckets())),
-      rows(SingleHistogram(registry, "metalserve_batch_size_rows",
-                           "Request rows per batch, padding excluded.", RowBuckets())),
-      padding_rows(SingleCounter(registry, "metalserve_batch_padding_rows_total",
-                                 "Rows added to batches to reach an allowed "
-                                 "batch size.")),
+BatchFamilies::BatchFamilies(prometheus::Registry& registry)
+    : queue_duration(prometheus::BuildHistogram()
+                         .Name("metalserve_queue_duration_seconds")
+                         .Help("Time a request waited in the batcher queue, by model version.")
+                         .Register(registry)),
+      compute_duration(prometheus::BuildHistogram()
+                           .Name("metalserve_compute_duration_seconds")
+                           .Help("Time of one batch's forward pass, copies included, by "
+                                 "model version.")
+                           .Register(registry)),
+      rows(prometheus::BuildHistogram()
+               .Name("metalserve_batch_size_rows")
+               .Help("Request rows per batch, padding excluded, by model version.")
+               .Register(registry)),
+      padding_rows(prometheus::BuildCounter()
+                       .Name("metalserve_batch_padding_rows_total")
+                       .Help("Rows added to batches to reach an allowed batch size, by "
+                             "model version.")
+                       .Register(registry)),
       batches(prometheus::BuildCounter()
                   .Name("metalserve_batches_total")
-                  .Help("Batches run, by the reason the batch closed.")
+                  .Help("Batches run, by model version and the reason the batch closed.")
                   .Register(registry)),
-      reasons({"full", "delay_expired"},
-              [this](const std::string& reason) {
-                return &batches.Add({{"reason", reason}});
-              }),
-      queue_depth(SingleGauge(registry, "metalserve_queue_depth_rows",
-                              "Rows waiting in the batcher queue.")) {
-  if (queue_capacity_rows > 0) {
-    SingleGauge(registry, "metalserve_queue_capacity_rows",
-                "Rows the batcher queue holds before refusing requests.")
-        .Set(static_cast<double>(queue_capacity_rows));
-  }
-}
+      queue_depth(prometheus::BuildGauge()
+                      .Name("metalserve_queue_depth_rows")
+                      .Help("Rows waiting in a model version's batcher queue.")
+                      .Register(registry)),
+      queue_capacity(prometheus::BuildGauge()
+                         .Name("metalserve_queue_capacity_rows")
+                         .Help("Rows a model version's batcher queue holds before refusing "
+                               "requests (its max_queue_size).")
+                         .Register(registry)) {}
 
 RuntimeFamilies::RuntimeFamilies(prometheus::Registry& registry)
     : device_memory(prometheus::BuildGauge()

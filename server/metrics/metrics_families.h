@@ -118,19 +118,20 @@ struct RequestFamilies {
   BoundedChildren<MethodSeries> methods;  // after the two families it fills
 };
 
-// The batching edge: queue_duration_seconds, compute_duration_seconds,
-// batch_size_rows, batch_padding_rows_total, batches_total{reason},
-// queue_depth_rows, and queue_capacity_rows when `queue_capacity_rows` > 0.
+// The batching edge, per model version (model_series.h adds the children):
+// queue_duration_seconds, compute_duration_seconds, batch_size_rows,
+// batch_padding_rows_total, batches_total{reason}, queue_depth_rows and
+// queue_capacity_rows, every one labelled {model,version}.
 struct BatchFamilies {
-  BatchFamilies(prometheus::Registry& registry, int64_t queue_capacity_rows);
+  explicit BatchFamilies(prometheus::Registry& registry);
 
-  prometheus::Histogram& queue_duration;
-  prometheus::Histogram& compute_duration;
-  prometheus::Histogram& rows;
-  prometheus::Counter& padding_rows;
+  prometheus::Family<prometheus::Histogram>& queue_duration;
+  prometheus::Family<prometheus::Histogram>& compute_duration;
+  prometheus::Family<prometheus::Histogram>& rows;
+  prometheus::Family<prometheus::Counter>& padding_rows;
   prometheus::Family<prometheus::Counter>& batches;
-  BoundedChildren<prometheus::Counter*> reasons;  // after `batches`
-  prometheus::Gauge& queue_depth;
+  prometheus::Family<prometheus::Gauge>& queue_depth;
+  prometheus::Family<prometheus::Gauge>& queue_capacity;
 };
 
 // The runtime edge: device_memory_bytes{kind},

@@ -21,7 +21,7 @@ std::string BatchKeyOf(const std::vector<InputView>& inputs) {
 }
 
 BatchExecutor::BatchExecutor(Runner* runner, const BatcherOptions& batching,
-                             int device_concurrency, Metrics* metrics,
+                             int device_concurrency, ModelMetrics* metrics,
                              Clock* clock)
     : runner_(runner),
       batching_(batching),

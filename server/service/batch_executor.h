@@ -44,9 +44,9 @@ namespace metalserve {
 
 class BatchExecutor {
  public:
-  // `metrics` may be null.
+  // `metrics` (the model version's series) may be null.
   BatchExecutor(Runner* runner, const BatcherOptions& batching,
-                int device_concurrency, Metrics* metrics, Clock* clock);
+                int device_concurrency, ModelMetrics* metrics, Clock* clock);
 
   // Told, after every successful model run, its padded rows and how long it
   // occupied the device: the time from its start, or from the end of the
@@ -74,7 +74,7 @@ class BatchExecutor {
 
   Runner* const runner_;
   const BatcherOptions batching_;
-  Metrics* const metrics_;
+  ModelMetrics* const metrics_;
   Clock* const clock_;
 
   // The device time of a run that ended at `end`, having started at `start`.

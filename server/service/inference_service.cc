@@ -40,7 +40,9 @@ class PredictTask final : public RpcInferTask {
                      clock, start, cut_off),
         request_(std::move(request)),
         response_bytes_(response),
-        model_(std::move(model)) {}
+        model_(std::move(model)) {
+    set_model_metrics(ServableOf(model_).metrics());
+  }
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
@@ -107,7 +109,10 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   // With one model only (--model), a full queue refuses before the body is
   // parsed; otherwise after the model name is read (below).
   if (const ServableHandle sole = models_->SoleModel()) {
-    if (absl::Status s = CheckQueueRoom(ServableOf(sole).batcher()); !s.ok()) return fail(s);
+    if (absl::Status s = CheckQueueRoom(ServableOf(sole).batcher()); !s.ok()) {
+      call.model_metrics = ServableOf(sole).metrics();  // its own queue refused it
+      return fail(s);
+    }
   }
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
   grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
@@ -131,6 +136,7 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   const ModelInfo& info = servable.info();
   call.access_log = access_log_;
   call.model = &info;
+  call.model_metrics = servable.metrics();  // refusals from here on count for it
   // A full queue refuses before the tensors are decoded.
   if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
   absl::StatusOr<std::vector<InputView>> inputs =

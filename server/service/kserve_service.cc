@@ -48,7 +48,9 @@ class KServeTask final : public RpcInferTask {
         storage_(std::move(storage)),
         outputs_(std::move(outputs)),
         model_(std::move(model)),
-        stats_(&ServableOf(model_).kserve_statistics()) {}
+        stats_(&ServableOf(model_).kserve_statistics()) {
+    set_model_metrics(ServableOf(model_).metrics());
+  }
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
@@ -218,7 +220,10 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   // With one model only (--model), a full queue refuses before the body is
   // parsed; otherwise after the model name is read (below).
   if (const ServableHandle sole = models_->SoleModel()) {
-    if (absl::Status s = CheckQueueRoom(ServableOf(sole).batcher()); !s.ok()) return fail(s);
+    if (absl::Status s = CheckQueueRoom(ServableOf(sole).batcher()); !s.ok()) {
+      call.model_metrics = ServableOf(sole).metrics();  // its own queue refused it
+      return fail(s);
+    }
   }
   auto request = std::make_unique<ModelInferRequest>();
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
@@ -231,6 +236,7 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   model = *std::move(found);
   ModelServable& servable = ServableOf(model);
   const ModelInfo& info = servable.info();
+  call.model_metrics = servable.metrics();  // refusals from here on count for it
   // A full queue refuses before the contents are converted.
   if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
   std::vector<std::string> storage;

@@ -16,8 +16,14 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
   std::unique_ptr<ModelServable> s(new ModelServable(std::move(runner)));
   Runner* r = s->runner_.get();
   Metrics* metrics = options.metrics;
+  if (metrics != nullptr) {
+    s->metrics_ = metrics->ForModel(r->info().name, r->info().version,
+                                    options.batching.max_queue_size);
+  }
+  ModelMetrics* model_metrics = s->metrics_.get();
   s->executor_ = std::make_unique<BatchExecutor>(r, options.batching,
-                                                 options.device_concurrency, metrics, clock);
+                                                 options.device_concurrency, model_metrics,
+                                                 clock);
   ModelServable* self = s.get();
   // Each model run refines the adaptive policy's cost curve. Set before the
   // batcher's threads start; the servable owns both.
@@ -26,8 +32,8 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
   });
   // The queue depth gauge follows every change of the queue: arrivals,
   // batches, expiries, cancellations and the drain.
-  auto on_depth = [metrics](int64_t rows) {
-    if (metrics != nullptr) metrics->SetQueueDepth(rows);
+  auto on_depth = [model_metrics](int64_t rows) {
+    if (model_metrics != nullptr) model_metrics->SetQueueDepth(rows);
   };
   // Cache hygiene and the memory figures, while this model's queue is idle.
   auto on_idle = [r, metrics] {

@@ -46,7 +46,9 @@ class ModelServable final : public Servable {
     BatcherOptions batching;
     // Batches handed to the runner at once (ServerOptions::device_concurrency).
     int device_concurrency = 1;
-    // May be null. Not owned; must outlive the servable.
+    // May be null. Not owned; must outlive the servable. The servable's
+    // series (Metrics::ForModel) are created here, labelled with the
+    // runner's model name and version, and removed when it is destroyed.
     Metrics* metrics = nullptr;
     // Null: the real clock. Not owned.
     Clock* clock = nullptr;
@@ -66,6 +68,9 @@ class ModelServable final : public Servable {
   const Batcher& batcher() const { return *batcher_; }
   KServeStatistics& kserve_statistics() { return stats_; }
   Runner& runner() { return *runner_; }
+  // This version's series (metrics.h's ModelMetrics): requests that found
+  // this version record their end here. Null without metrics.
+  ModelMetrics* metrics() const { return metrics_.get(); }
 
   // Stops admitting (Submit answers UNAVAILABLE), runs every queued request
   // and joins the executors. Idempotent.
@@ -74,6 +79,9 @@ class ModelServable final : public Servable {
  private:
   explicit ModelServable(std::shared_ptr<Runner> runner);
 
+  // Declared first, destroyed last: the executor and batcher record into it
+  // until they are gone; its destruction removes the version's series.
+  std::unique_ptr<ModelMetrics> metrics_;
   std::shared_ptr<Runner> runner_;
   KServeStatistics stats_;
   std::unique_ptr<BatchExecutor> executor_;  // uses runner_

@@ -31,19 +31,25 @@ void SetInt64Param(absl::string_view key, int64_t value, inference::ModelInferRe
 }
 
 // Where an infer's outcome is recorded: the metrics and the access log
-// (either may be null).
+// (either may be null). `model_metrics`: the series of the version the
+// request found (null when it found none), recorded in instead of `metrics`.
 struct InferRecord {
   Metrics* metrics;
   AccessLog* access_log;
   const ModelInfo* model;
   Clock* clock;
+  ModelMetrics* model_metrics;
 };
 
 // Records one finished infer; `rows` 0 when refused before its inputs were read.
 void Record(const InferRecord& r, const RestServer::Call& call, int64_t rows,
             absl::StatusCode code, const RunStats& run) {
   const absl::Time now = r.clock->TimeNow();
-  if (r.metrics != nullptr) r.metrics->RequestFinished(kModelInfer, code, now - call.start);
+  if (r.model_metrics != nullptr) {
+    r.model_metrics->RequestFinished(kModelInfer, code, now - call.start);
+  } else if (r.metrics != nullptr) {
+    r.metrics->RequestFinished(kModelInfer, code, now - call.start);
+  }
   if (r.access_log != nullptr) {
     r.access_log->Log({.time = now, .peer = call.peer, .method = kModelInfer,
                        .model = r.model->name, .version = r.model->version, .rows = rows,
@@ -217,7 +223,8 @@ int RestServer::Infer(MHD_Connection* connection, Call* call, absl::string_view 
   absl::StatusOr<ServableHandle> found = LookUpModel(*models_, "model name", name, version);
   const ServableHandle model = found.ok() ? *found : OnlyModel(*models_);
   const InferRecord record{metrics_, options_.access_log,
-                           model ? &ServableOf(model).info() : &NoModelInfo(), clock_};
+                           model ? &ServableOf(model).info() : &NoModelInfo(), clock_,
+                           found.ok() ? ServableOf(model).metrics() : nullptr};
   auto fail = [&](const absl::Status& s) {
     call->answered = true;
     Record(record, *call, 0, s.code(), RunStats{});

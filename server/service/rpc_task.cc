@@ -65,7 +65,11 @@ void FinishCall(const UnaryCall& call, const absl::Status& status,
                 absl::StatusCode seen, int64_t rows, const RunStats& run,
                 absl::Time now) {
   const absl::Duration total = now - call.start;
-  if (call.metrics != nullptr) call.metrics->RequestFinished(call.method, seen, total);
+  if (call.model_metrics != nullptr) {
+    call.model_metrics->RequestFinished(call.method, seen, total);
+  } else if (call.metrics != nullptr) {
+    call.metrics->RequestFinished(call.method, seen, total);
+  }
   if (call.access_log != nullptr) {
     LogAccess(*call.access_log, *call.context, call.method, *call.model, rows, seen,
               run, now, total);

@@ -55,13 +55,19 @@ absl::Status CheckModelName(absl::string_view field, absl::string_view name,
                             const ModelInfo& served);
 
 // What the handler of one unary call knows of it: enough to record its end
-// and finish it. Pointers and views must outlive the call; `metrics` and
-// `access_log` may be null; `model` is needed only with an access log.
+// and finish it. Pointers and views must outlive the call; `metrics`,
+// `model_metrics` and `access_log` may be null; `model` is needed only with
+// an access log.
 struct UnaryCall {
   grpc::CallbackServerContext* context = nullptr;
   grpc::ServerUnaryReactor* reactor = nullptr;
   absl::string_view method;  // a literal
   Metrics* metrics = nullptr;
+  // The series of the version the call found (ModelServable::metrics()),
+  // once it found one: its end is recorded there, with model and version,
+  // instead of in `metrics`' unlabelled series. The caller holds that
+  // version's handle until the call is finished.
+  ModelMetrics* model_metrics = nullptr;
   AccessLog* access_log = nullptr;
   const ModelInfo* model = nullptr;
   absl::Time start;
@@ -118,6 +124,9 @@ class RpcInferTask : public InferTask {
     call_.access_log = log;
     call_.model = model;
   }
+  // Records the call's end in its version's series (UnaryCall's
+  // model_metrics; may be null). The subclass holds the version's handle.
+  void set_model_metrics(ModelMetrics* metrics) { call_.model_metrics = metrics; }
 
  protected:
   // Records the outcome as the client saw it (see CodeSeenByClient), lets

@@ -54,11 +54,10 @@ OK_LINE = re.compile(
 
 
 def predict_ok(metrics_text):
-    """metalserve_requests_total{method="Predict",code="OK"} from a scrape."""
-    for labels, value in OK_LINE.findall(metrics_text):
-        if 'method="Predict"' in labels and 'code="OK"' in labels:
-            return int(float(value))
-    return 0
+    """metalserve_requests_total{method="Predict",code="OK"} from a scrape,
+    summed over the model labels."""
+    return sum(int(float(value)) for labels, value in OK_LINE.findall(metrics_text)
+               if 'method="Predict"' in labels and 'code="OK"' in labels)
 
 
 INFLIGHT_LINE = re.compile(

@@ -22,6 +22,8 @@ each, and checks:
   - Prometheus evaluates every rule without error;
   - the dashboard's error ratio and MetalserveHighErrorRate both read 0
     while NOT_FOUND calls were counted: caller errors are not server errors;
+  - every "by model" panel shows the served model's version (tiny_cnn 1),
+    never a name a client sent;
   - the adapter rule returns one series per pod, labelled by pod only.
 Every process it started is stopped at the end, pass or fail. A missing
 binary, model or Prometheus is a failure, not a skip.
@@ -58,6 +60,10 @@ THRESHOLD = re.compile(r"(?s)^(.*\S)\s*(?:>=|<=|==|!=|>|<)\s*-?[0-9.]+\s*$")
 # Expressions that rightly return nothing here: the CPU runtime reports no
 # device memory (metalserve_device_memory_bytes is absent until it does).
 EMPTY_ON_CPU = {"MetalserveDeviceMemoryNearWatermark", ("Device memory", "A")}
+# Families of the model repository, absent under --model: model_metrics_test.py
+# evaluates these against a repository server.
+REPOSITORY_ONLY = {"MetalserveModelLoadFailed", ("Model versions and their state", "A"),
+                   ("Model loads and their outcome", "A")}
 POD = "metalserve-0"
 N_CALLS = 30        # successful calls per protocol
 N_CALLER_ERRORS = 5  # NOT_FOUND calls per protocol
@@ -66,7 +72,7 @@ POLL_S = 0.2
 
 def dashboard_queries():
     """[(title, refId, expr)] of every panel target, variables substituted
-    as Grafana would for job "metalserve" and all instances."""
+    as Grafana would for job "metalserve", all instances and all models."""
     path = os.path.join(ARGS.source_dir, "deploy/grafana/metalserve.json")
     with open(path) as f:
         board = json.load(f)
@@ -74,7 +80,7 @@ def dashboard_queries():
     for panel in board["panels"]:
         for t in panel.get("targets", []):
             expr = (t["expr"].replace("$job", "metalserve")
-                    .replace("$instance", ".*")
+                    .replace("$instance", ".*").replace("$model", ".*")
                     .replace("$__rate_interval", "1m"))
             out.append((panel["title"], t["refId"], expr))
     return out
@@ -274,7 +280,7 @@ class DashboardAndAlertsSeeBothMethods(unittest.TestCase):
         self.assertGreater(len(queries), 15)
         for title, ref, expr in queries:
             with self.subTest(panel=title, ref=ref):
-                if (title, ref) in EMPTY_ON_CPU:
+                if (title, ref) in EMPTY_ON_CPU | REPOSITORY_ONLY:
                     continue
                 self.check_expr(f"panel {title!r} {ref}", expr)
 
@@ -283,9 +289,19 @@ class DashboardAndAlertsSeeBothMethods(unittest.TestCase):
             with self.subTest(alert=name):
                 m = THRESHOLD.match(expr)
                 self.assertTrue(m, f"{name}: no threshold in {expr!r}")
-                if name in EMPTY_ON_CPU:
+                if name in EMPTY_ON_CPU | REPOSITORY_ONLY:
                     continue
                 self.check_expr(f"alert {name}", m.group(1))
+
+    def test_per_model_panels_show_the_served_model(self):
+        panels = [(t, r, e) for t, r, e in dashboard_queries()
+                  if "by model" in t and 'model=""' not in e]
+        self.assertGreaterEqual(len(panels), 8)
+        for title, ref, expr in panels:
+            with self.subTest(panel=title, ref=ref):
+                got = {(labels.get("model"), labels.get("version"))
+                       for labels, _ in self.query(expr)}
+                self.assertEqual(got, {("tiny_cnn", "1")}, expr)
 
     def test_prometheus_evaluates_every_rule_without_error(self):
         def rules():

@@ -9,7 +9,9 @@ The test starts, all on 127.0.0.1 with free ports and bounded by --timeout:
 then sends a known mix of Predict calls (successes, invalid arguments and
 deadlines that expire in the batcher queue) with Python grpcio, and checks
 through Prometheus's HTTP query API that metalserve_requests_total per code
-and the histogram counts moved by exactly what was sent. Every process it
+and the histogram counts moved by exactly what was sent, and that the
+series labelled model="tiny_cnn" (created at zero when the model loaded)
+hold them. Every process it
 started is stopped at the end, pass or fail.
 
 Needs /usr/bin/python3 with grpcio and grpc_tools (Debian: python3-grpcio,
@@ -41,6 +43,8 @@ N_DEADLINE = 4     # 1 row, deadline far shorter than --max_queue_delay
 DEADLINE_S = 0.3
 QUEUE_DELAY = "5s"  # a lone 1-row request waits this long for company
 POLL_S = 0.2       # wait_for interval
+QUEUE_SIZE = 64    # --max_queue_size: queue_capacity_rows
+MODEL_VERSION = "1"  # what --model serves tiny_cnn.pt as
 
 
 class PrometheusScrapesMetalserve(unittest.TestCase):
@@ -87,7 +91,7 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
             f"--address=127.0.0.1:{cls.grpc_port}", "--http_address=",
             f"--metrics_address=127.0.0.1:{cls.metrics_port}",
             "--device=cpu", "--threads=1",
-            f"--max_batch_size={ROWS_OK}",
+            f"--max_batch_size={ROWS_OK}", f"--max_queue_size={QUEUE_SIZE}",
             f"--max_queue_delay={QUEUE_DELAY}",
             "--batching=fixed",  # a lone request waits the whole delay (N_DEADLINE)
             "--monitor_log_interval=0",
@@ -189,14 +193,21 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
     def test_counters_and_histograms_match_requests_sent(self):
         import grpc
         job = 'job="metalserve"'
-        requests = f'metalserve_requests_total{{{job},method="Predict"}}'
-        duration_count = (f'metalserve_request_duration_seconds_count'
-                          f'{{{job},method="Predict"}}')
-        queue_count = f'metalserve_queue_duration_seconds_count{{{job}}}'
-        rows_sum = f'metalserve_batch_size_rows_sum{{{job}}}'
+        # Summed over the model labels: every call is counted once, under
+        # tiny_cnn's series once it named the model (all of these do).
+        requests = f'sum by (code) (metalserve_requests_total{{{job},method="Predict"}})'
+        duration_count = (f'sum(metalserve_request_duration_seconds_count'
+                          f'{{{job},method="Predict"}})')
+        queue_count = f'sum(metalserve_queue_duration_seconds_count{{{job}}})'
+        rows_sum = f'sum(metalserve_batch_size_rows_sum{{{job}}})'
+        model = f'{job},model="tiny_cnn",version="{MODEL_VERSION}"'
 
         def code_values():
             return {dict(k)["code"]: v for k, v in self.query(requests).items()}
+
+        def model_codes():
+            return {dict(k)["code"]: v for k, v in self.query(
+                f'metalserve_requests_total{{{model},method="Predict"}}').items()}
 
         # Baseline from Prometheus itself, once it holds a scrape with the
         # pre-created per-code series.
@@ -204,6 +215,11 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
                  lambda: "OK" in code_values() and self.scalar(f'up{{{job}}}') == 1,
                  self.deadline, interval=POLL_S)
         before = code_values()
+        before_model = model_codes()
+        # Created when the model loaded, at zero, before any traffic.
+        self.assertEqual(self.scalar(f'metalserve_queue_depth_rows{{{model}}}'), 0)
+        self.assertEqual(self.scalar(f'metalserve_queue_capacity_rows{{{model}}}'),
+                         QUEUE_SIZE)
         before_duration = self.scalar(duration_count) or 0
         before_queue = self.scalar(queue_count) or 0
         before_rows = self.scalar(rows_sum) or 0
@@ -271,6 +287,14 @@ class PrometheusScrapesMetalserve(unittest.TestCase):
         ]
         for what, check in checks:
             wait_for(what, check, self.deadline, interval=POLL_S)
+
+        # Each of these calls named tiny_cnn (empty = the only model), so
+        # each is in tiny_cnn's labelled series, and so are its batches.
+        now_model = model_codes()
+        self.assertEqual({c: now_model.get(c, 0) - before_model.get(c, 0) for c in sent},
+                         expected, "tiny_cnn's labelled series")
+        self.assertEqual(self.scalar(
+            f'metalserve_batch_size_rows_sum{{{model}}}') - before_rows, N_OK * ROWS_OK)
 
 
 def main():

@@ -88,8 +88,6 @@ TEST(MetricsTest, PreCreatesEveryCodeForKnownMethodsAtZero) {
           << code << " " << method;
     }
   }
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="full"})"),
-              Optional(Eq(0)));
   EXPECT_THAT(Sample(s, R"(metalserve_cache_clears_total{trigger="oom"})"),
               Optional(Eq(0)));
 }
@@ -130,59 +128,23 @@ TEST(MetricsTest, InflightIsStartedMinusFinished) {
               Optional(Eq(2)));
 }
 
-TEST(MetricsTest, RecordsQueueWaitAndBatches) {
-  auto metrics = MakeMetrics();
-  metrics->QueueWait(absl::Milliseconds(2));
-  metrics->QueueWait(absl::Milliseconds(4));
-  metrics->BatchCompleted(6, 2, "full", absl::Milliseconds(10));
-  metrics->BatchCompleted(3, 1, "delay_expired", absl::Milliseconds(30));
-  metrics->BatchCompleted(8, 0, "full", absl::Milliseconds(20));
-  metrics->SetQueueDepth(12);
-  const std::string s = metrics->Scrape();
-  EXPECT_THAT(Sample(s, "metalserve_queue_duration_seconds_count"),
-              Optional(Eq(2)));
-  EXPECT_THAT(Sample(s, "metalserve_queue_duration_seconds_sum"),
-              Optional(DoubleNear(0.006, 1e-12)));
-  EXPECT_THAT(Sample(s, "metalserve_compute_duration_seconds_count"),
-              Optional(Eq(3)));
-  EXPECT_THAT(Sample(s, "metalserve_compute_duration_seconds_sum"),
-              Optional(DoubleNear(0.06, 1e-12)));
-  EXPECT_THAT(Sample(s, "metalserve_batch_size_rows_count"), Optional(Eq(3)));
-  EXPECT_THAT(Sample(s, "metalserve_batch_size_rows_sum"), Optional(Eq(17)));
-  EXPECT_THAT(Sample(s, R"(metalserve_batch_size_rows_bucket{le="4"})"),
-              Optional(Eq(1)));
-  EXPECT_THAT(Sample(s, R"(metalserve_batch_size_rows_bucket{le="8"})"),
-              Optional(Eq(3)));
-  EXPECT_THAT(Sample(s, "metalserve_batch_padding_rows_total"),
-              Optional(Eq(3)));
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="full"})"),
-              Optional(Eq(2)));
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="delay_expired"})"),
-              Optional(Eq(1)));
-  EXPECT_THAT(Sample(s, "metalserve_queue_depth_rows"), Optional(Eq(12)));
-}
+// The batching families are per model version: model_metrics_test.cc.
 
 TEST(MetricsTest, LearnsNewLabelValuesUpToABoundThenCountsThemAsOther) {
   auto metrics = MakeMetrics();
+  const std::string prefix = R"(metalserve_requests_total{code="OK",method=")";
   for (int i = 0; i < 20; ++i) {
-    metrics->BatchCompleted(1, 0, absl::StrCat("reason", i),
-                            absl::Milliseconds(1));
+    metrics->RequestFinished(absl::StrCat("m", i), absl::StatusCode::kOk,
+                             absl::Milliseconds(1));
   }
-  metrics->BatchCompleted(1, 0, "reason3", absl::Milliseconds(1));
+  metrics->RequestFinished("m3", absl::StatusCode::kOk, absl::Milliseconds(1));
   const std::string s = metrics->Scrape();
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason0"})"),
-              Optional(Eq(1)));
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason3"})"),
-              Optional(Eq(2)));
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason14"})"),
-              Optional(Eq(1)));
-  // 16 learned values, reason0..reason15; the next four share "other".
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason15"})"),
-              Optional(Eq(1)));
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="reason16"})"),
-              Eq(std::nullopt));
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="other"})"),
-              Optional(Eq(4)));
+  EXPECT_THAT(Sample(s, prefix + R"(m0"})"), Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, prefix + R"(m3"})"), Optional(Eq(2)));
+  // 16 learned values, m0..m15; the next four share "other".
+  EXPECT_THAT(Sample(s, prefix + R"(m15"})"), Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, prefix + R"(m16"})"), Eq(std::nullopt));
+  EXPECT_THAT(Sample(s, prefix + R"(other"})"), Optional(Eq(4)));
 }
 
 TEST(MetricsTest, UnknownMethodGetsItsOwnSeriesWithAllCodes) {
@@ -349,16 +311,16 @@ TEST(MetricsTest, ConcurrentRecordingLosesNoEvents) {
   auto metrics = MakeMetrics();
   constexpr int kThreads = 4;
   constexpr int kPerThread = 2000;
+  std::unique_ptr<ModelMetrics> model = metrics->ForModel("m", "1", 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&metrics, t] {
-      const std::string reason = absl::StrCat("r", t);
+    threads.emplace_back([&metrics, &model, t] {
+      const char* reason = t == 3 ? "full" : "no_delay";
       for (int i = 0; i < kPerThread; ++i) {
         metrics->RequestStarted("Predict");
-        metrics->QueueWait(absl::Microseconds(100));
-        metrics->BatchCompleted(1, 0, reason, absl::Microseconds(100));
-        metrics->RequestFinished("Predict", absl::StatusCode::kOk,
-                                 absl::Microseconds(200));
+        model->QueueWait(absl::Microseconds(100));
+        model->BatchCompleted(1, 0, reason, absl::Microseconds(100));
+        model->RequestFinished("Predict", absl::StatusCode::kOk, absl::Microseconds(200));
       }
     });
   }
@@ -369,7 +331,7 @@ TEST(MetricsTest, ConcurrentRecordingLosesNoEvents) {
       Optional(Eq(kThreads * kPerThread)));
   EXPECT_THAT(Sample(s, "metalserve_queue_duration_seconds_count"),
               Optional(Eq(kThreads * kPerThread)));
-  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="r3"})"),
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_total{reason="full"})"),
               Optional(Eq(kPerThread)));
   EXPECT_THAT(Sample(s, "metalserve_inflight_requests"), Optional(Eq(0)));
 }
@@ -494,6 +456,7 @@ TEST(MetricsTest, ServesEveryFamilyOverHttpOnAnEphemeralPort) {
   ASSERT_GT(metrics->port(), 0);
   metrics->RequestFinished("Predict", absl::StatusCode::kOk,
                            absl::Milliseconds(3));
+  std::unique_ptr<ModelMetrics> model = metrics->ForModel("m", "1", 8);
   const std::string response = HttpGet(metrics->port(), "/metrics");
   EXPECT_THAT(response, HasSubstr(" 200 "));
   EXPECT_THAT(response,

@@ -19,15 +19,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   metalserve::Metrics& m = **metrics;
+  std::unique_ptr<metalserve::ModelMetrics> model = m.ForModel("tiny_cnn", "1", 64);
   m.RequestStarted("Predict");
-  m.QueueWait(absl::Milliseconds(2));
-  m.BatchCompleted(3, 1, "full", absl::Milliseconds(8));
-  m.RequestFinished("Predict", absl::StatusCode::kOk, absl::Milliseconds(11));
-  m.RequestFinished("Predict", absl::StatusCode::kInvalidArgument,
-                    absl::Microseconds(90));
+  model->QueueWait(absl::Milliseconds(2));
+  model->BatchCompleted(3, 1, "full", absl::Milliseconds(8));
+  model->RequestFinished("Predict", absl::StatusCode::kOk, absl::Milliseconds(11));
+  m.RequestFinished("Predict", absl::StatusCode::kNotFound, absl::Microseconds(90));
+  model->RequestFinished("Predict", absl::StatusCode::kInvalidArgument,
+                         absl::Microseconds(90));
   m.RequestFinished("ModelInfer", absl::StatusCode::kUnimplemented,
                     absl::Microseconds(50));
-  m.SetQueueDepth(4);
+  model->SetQueueDepth(4);
   m.SetMemory({.allocated_bytes = 1 << 20,
                .reserved_bytes = 2 << 20,
                .limit_bytes = 8 << 20,

@@ -31,6 +31,7 @@
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
 #include "tests/testing/fake_runner_server.h"
+#include "tests/testing/metric_sample.h"
 
 namespace metalserve {
 namespace {
@@ -66,23 +67,16 @@ class TransportTest : public NativeFakeServerTest {
     done.WaitForNotification();
     return status;
   }
-  // The value of the requests_total sample for `method` and `code`, or -1.
+  // The requests_total count for `method` and `code` (with or without model
+  // labels), or -1.
   double RequestsTotal(const std::string& method, const std::string& code) {
-    for (absl::string_view line : absl::StrSplit(metrics_->Scrape(), '\n')) {
-      if (absl::StartsWith(line, "metalserve_requests_total{") &&
-          absl::StrContains(line, absl::StrCat("method=\"", method, "\"")) &&
-          absl::StrContains(line, absl::StrCat("code=\"", code, "\""))) {
-        double v = -1;
-        if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) return v;
-      }
-    }
-    return -1;
+    return testing::Sample(metrics_->Scrape(), testing::RequestsSeries(method, code))
+        .value_or(-1);
   }
   // Blocks until the queue depth gauge reads `rows` (bounded: 10 s).
   bool AwaitQueueDepth(int rows) {
-    const std::string want = absl::StrCat("metalserve_queue_depth_rows ", rows, "\n");
     const absl::Time give_up = absl::Now() + absl::Seconds(10);
-    while (!absl::StrContains(metrics_->Scrape(), want)) {
+    while (testing::Sample(metrics_->Scrape(), "metalserve_queue_depth_rows") != rows) {
       if (absl::Now() > give_up) return false;
       absl::SleepFor(absl::Milliseconds(1));
     }
@@ -212,6 +206,10 @@ TEST_F(TransportTest, MalformedPredictBodyIsInvalidArgumentAndCounted) {
   EXPECT_THAT(s.error_message(),
               HasSubstr("request body (11 bytes) is not a valid metalserve.v1.PredictRequest"));
   EXPECT_EQ(RequestsTotal("Predict", "INVALID_ARGUMENT"), 1);
+  // It named no model: counted without model labels.
+  const std::string labelled =
+      R"(metalserve_requests_total{code="INVALID_ARGUMENT",method="Predict",model="fake"})";
+  EXPECT_EQ(testing::Sample(metrics_->Scrape(), labelled), 0);
   v1::PredictResponse resp;
   EXPECT_TRUE(Call(MakeRequest(1, 1), &resp).ok()) << "the server keeps answering";
 }
@@ -253,6 +251,13 @@ TEST_F(TransportTest, FullQueueRefusesBeforeParsingTheBody) {
     const grpc::Status s = RawCall(method, kGarbage);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << method << ": " << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr("refused before reading the request")) << method;
+  }
+  // Counted under the only model, whose queue refused them.
+  const std::string scrape = metrics_->Scrape();
+  for (const char* method : {"Predict", "ModelInfer"}) {
+    const std::string series = absl::StrCat(R"(metalserve_requests_total{code="UNAVAILABLE",)",
+                                            R"(method=")", method, R"(",model="fake"})");
+    EXPECT_EQ(testing::Sample(scrape, series), 1) << method;
   }
   runner_.OpenGate();
   for (auto& t : callers) t.join();
