@@ -51,11 +51,16 @@ DeviceTiming Measure(Runner& runner, const std::vector<int64_t>& sizes, Clock* c
   return timing;
 }
 
-// Stamps how the device was chosen on a runner TorchRunner::Create made.
+// Stamps how the device was chosen on a runner TorchRunner::Create made,
+// after the accelerators its own choice skipped (first_available's probe
+// failures; none for a device named explicitly).
 absl::StatusOr<std::unique_ptr<Runner>> WithChoice(absl::StatusOr<std::unique_ptr<Runner>> runner,
                                                    DeviceChoiceInfo choice) {
   if (runner.ok()) {
-    static_cast<torch_internal::TorchRunner&>(**runner).SetDeviceChoice(std::move(choice));
+    auto& torch_runner = static_cast<torch_internal::TorchRunner&>(**runner);
+    const std::vector<std::string>& own = torch_runner.info().device_choice.skipped;
+    choice.skipped.insert(choice.skipped.begin(), own.begin(), own.end());
+    torch_runner.SetDeviceChoice(std::move(choice));
   }
   return runner;
 }

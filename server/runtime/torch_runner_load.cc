@@ -169,6 +169,7 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   ASSIGN_OR_RETURN(DeviceChoice choice,
                    ChooseDevice(options.device, options.device_platform.get()));
   info_.device = choice.name;
+  info_.device_choice.skipped = choice.skipped;  // CreateTorchRunner adds the rest
   info_.torch_version = TORCH_VERSION;
   info_.precision = options.precision;
   const char* fallback = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");

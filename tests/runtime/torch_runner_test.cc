@@ -324,6 +324,20 @@ TEST(TorchRunnerTest, AutoWithoutAWorkingAcceleratorServesOnCpuAndReportsItsTimi
   EXPECT_THAT(choice.skipped[0], HasSubstr("mps: probe failed"));
 }
 
+TEST(TorchRunnerTest, FirstAvailableReportsTheAcceleratorItSkippedForFailingItsProbe) {
+  RuntimeOptions o = Options("identity");
+  o.device = "first_available";
+  o.device_platform = std::make_shared<VmMpsPlatform>();
+  auto runner = MustCreate(o);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->info().device, "cpu");
+  const DeviceChoiceInfo& choice = runner->info().device_choice;
+  EXPECT_EQ(choice.reason, "first_available");
+  EXPECT_TRUE(choice.timings.empty());
+  ASSERT_EQ(choice.skipped.size(), 1u);
+  EXPECT_THAT(choice.skipped[0], HasSubstr("mps: probe failed"));
+}
+
 TEST(TorchRunnerTest, AnExplicitDeviceReportsExplicitAndNoTable) {
   RuntimeOptions o = Options("identity");
   o.device = "cpu";
