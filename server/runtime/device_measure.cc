@@ -89,8 +89,9 @@ std::unique_ptr<DevicePlatform> CreateTorchPlatform() {
 
 absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(const RuntimeOptions& options) {
   // A device thread belongs to one device: with one given, auto keeps the
-  // fixed order. A package is compiled for one device type, named in its
-  // file name (aoti_runner.cc): nothing to measure.
+  // fixed order (with device_thread_for instead, each device measured runs
+  // on its own shared thread). A package is compiled for one device type,
+  // named in its file name (aoti_runner.cc): nothing to measure.
   if (options.device != "auto" || options.device_thread != nullptr ||
       torch_internal::IsPackagePath(options.model_path)) {
     return WithChoice(torch_internal::TorchRunner::Create(options), UnmeasuredChoice(options));

@@ -186,6 +186,9 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   // batch 1; 11.3 ms on the owner thread); on CUDA, ResNet-50 batches of 32
   // took 470 ms instead of 16 ms from threads that had not warmed up (H200).
   std::shared_ptr<DeviceThread> thread = options.device_thread;
+  if (thread == nullptr && options.device_thread_for) {
+    thread = options.device_thread_for(choice.name);
+  }
   if (thread == nullptr) thread = DeviceThread::Create(choice.name);
   ASSIGN_OR_RETURN(device_, TorchDevice::Create(std::move(choice), std::move(thread)));
   // OpenMP's thread count is per calling thread: set it where forwards run.

@@ -11,13 +11,16 @@ the one device timed: device_choice must say requested "auto", reason
 --max_batch_size) with a positive time, the same cells the metric
 metalserve_device_forward_seconds exports. An explicit --device=cpu
 reports "explicit" and no table. examples/python/client.py prints the
-table in its JSON.
+table in its JSON. Under --model_repository, a model whose config.json
+says "auto" is measured the same way, and models asking "auto" and "cpu"
+share the CPU's one device thread.
 
 Needs /usr/bin/python3 with grpcio and grpc_tools.
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,11 +57,13 @@ class DeviceChoice(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def serve(self, device, model_flag=None):
+    def serve(self, device, model_flag=None, model_names=("",)):
+        """Starts the server; returns the GetModelMetadata answer of the last
+        of `model_names` once every one of them answers ("": the one model)."""
         port = free_port()
         self.metrics_port = free_port()
         self.http_port = free_port()
-        self.log = os.path.join(self.tmp, device + ".log")
+        self.log = os.path.join(self.tmp, self.id().split(".")[-1] + ".log")
         self.server = Process(
             [ARGS.server, model_flag or f"--model={ARGS.model}", f"--device={device}",
              f"--address=127.0.0.1:{port}", f"--http_address=127.0.0.1:{self.http_port}",
@@ -74,7 +79,10 @@ class DeviceChoice(unittest.TestCase):
 
         def metadata():
             self.assertTrue(self.server.alive(), "server exited:\n" + tail(self.log))
-            return stub.GetModelMetadata(npb.GetModelMetadataRequest(), timeout=2)
+            answers = [stub.GetModelMetadata(npb.GetModelMetadataRequest(model_name=m), timeout=2)
+                       for m in model_names]
+            return answers[-1]
+        self.native = stub
         return wait_for("GetModelMetadata", metadata, time.monotonic() + 120)
 
     def rest_choice(self, path):
@@ -122,6 +130,40 @@ class DeviceChoice(unittest.TestCase):
             self.rest_choice(f"/v2/models/{meta.model_name}/versions/{meta.model_version}"),
             choice)
         self.assertEqual(self.config_choice(meta.model_name), choice)
+
+    def test_a_repository_measures_auto_per_model_and_shares_one_thread_per_device(self):
+        """Two models of one repository on this CPU-only machine, config.json
+        device "auto" and "cpu": auto is measured at load as with --model
+        (not the fixed order of a shared thread), both land on the CPU, and
+        the device thread is keyed by that resolved device: one thread, one
+        log line, for both."""
+        root = os.path.join(self.tmp, "repository")
+        with open(os.path.splitext(ARGS.model)[0] + ".json") as f:
+            signature = json.load(f)
+        for name, device in (("auto_cnn", "auto"), ("cpu_cnn", "cpu")):
+            os.makedirs(os.path.join(root, name, "1"))
+            shutil.copy(ARGS.model, os.path.join(root, name, "1", "model.pt"))
+            with open(os.path.join(root, name, "config.json"), "w") as f:
+                json.dump({"name": name, "inputs": signature["inputs"],
+                           "outputs": signature["outputs"], "device": device}, f)
+        self.serve("cpu", f"--model_repository={root}", ("auto_cnn", "cpu_cnn"))
+
+        def meta(name):
+            return self.native.GetModelMetadata(
+                npb.GetModelMetadataRequest(model_name=name), timeout=10)
+        auto, cpu = meta("auto_cnn"), meta("cpu_cnn")
+        self.assertEqual((auto.device, cpu.device), ("cpu", "cpu"))
+        self.assertEqual((auto.device_choice.requested, auto.device_choice.reason),
+                         ("auto", "no_accelerator"))
+        self.assertEqual([(t.device, t.batch_size) for t in auto.device_choice.timings],
+                         [("cpu", 1), ("cpu", 4)])
+        self.assertEqual((cpu.device_choice.requested, cpu.device_choice.reason),
+                         ("cpu", "explicit"))
+        self.assertEqual([t["batch_size"] for t in self.rest_choice("/v2/models/auto_cnn")["timings"]],
+                         [1, 4])
+        with open(self.log, errors="replace") as f:
+            started = re.findall(r"device thread for (\S+) started", f.read())
+        self.assertEqual(started, ["cpu"], tail(self.log))
 
     def test_an_explicit_device_reports_explicit_and_no_table(self):
         meta = self.serve("cpu")
