@@ -159,8 +159,8 @@ class DeviceChoice(unittest.TestCase):
                          [("cpu", 1), ("cpu", 4)])
         self.assertEqual((cpu.device_choice.requested, cpu.device_choice.reason),
                          ("cpu", "explicit"))
-        self.assertEqual([t["batch_size"] for t in self.rest_choice("/v2/models/auto_cnn")["timings"]],
-                         [1, 4])
+        rest = self.rest_choice("/v2/models/auto_cnn")
+        self.assertEqual([t["batch_size"] for t in rest["timings"]], [1, 4])
         with open(self.log, errors="replace") as f:
             started = re.findall(r"device thread for (\S+) started", f.read())
         self.assertEqual(started, ["cpu"], tail(self.log))
