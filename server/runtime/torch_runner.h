@@ -188,8 +188,9 @@ struct RuntimeOptions {
   // device by the name the choice resolved it to ("cpu", "cuda:0", "mps"),
   // asked once the device is known. So a model asking "auto" and one asking
   // "cpu" that both land on the CPU share one thread, and "auto" loads and
-  // times the model on each device on that device's thread. The repository
-  // passes DeviceThreads::For (server/model_loading.h).
+  // times the model on each device on that device's thread; each device's
+  // probe (device_choice.h) runs on its thread too. The repository passes
+  // DeviceThreads::For (server/model_loading.h).
   std::function<std::shared_ptr<DeviceThread>(const std::string& device)> device_thread_for;
   // Optional; see ForwardObserver.
   ForwardObserver forward_observer;

@@ -324,45 +324,6 @@ TEST(TorchRunnerTest, AutoWithoutAWorkingAcceleratorServesOnCpuAndReportsItsTimi
   EXPECT_THAT(choice.skipped[0], HasSubstr("mps: probe failed"));
 }
 
-TEST(TorchRunnerTest, FirstAvailableReportsTheAcceleratorItSkippedForFailingItsProbe) {
-  RuntimeOptions o = Options("identity");
-  o.device = "first_available";
-  o.device_platform = std::make_shared<VmMpsPlatform>();
-  auto runner = MustCreate(o);
-  ASSERT_NE(runner, nullptr);
-  EXPECT_EQ(runner->info().device, "cpu");
-  const DeviceChoiceInfo& choice = runner->info().device_choice;
-  EXPECT_EQ(choice.reason, "first_available");
-  EXPECT_TRUE(choice.timings.empty());
-  ASSERT_EQ(choice.skipped.size(), 1u);
-  EXPECT_THAT(choice.skipped[0], HasSubstr("mps: probe failed"));
-}
-
-// The write-up's kind of small LSTM (models/export.py lstm_small): auto
-// measures it like any model, and a row's answer does not depend on the
-// batch it rides in.
-TEST(TorchRunnerTest, SmallLstmIsMeasuredByAutoAndAnswersEachRowAlone) {
-  RuntimeOptions o = Options("lstm_small");
-  o.device = "auto";
-  auto runner = MustCreate(o);
-  ASSERT_NE(runner, nullptr);
-  EXPECT_EQ(runner->info().inputs[0].shape, (std::vector<int64_t>{-1, 32, 16}));
-  EXPECT_GE(runner->info().device_choice.timings.size(), 2u);  // each device at 1 and 2
-  std::vector<float> rows = Ramp(512, 0);
-  const std::vector<float> second = Ramp(512, 0.5f);
-  Tensor one = Floats({1, 32, 16}, rows);
-  rows.insert(rows.end(), second.begin(), second.end());
-  Tensor two = Floats({2, 32, 16}, rows);
-  one.name = two.name = "sequence";
-  auto alone = runner->Run({one});
-  auto batched = runner->Run({two});
-  ASSERT_THAT(alone, IsOk());
-  ASSERT_THAT(batched, IsOk());
-  ASSERT_EQ((*batched)[0].shape, (std::vector<int64_t>{2, 4}));
-  const std::vector<float> a = Values((*alone)[0]), b = Values((*batched)[0]);
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR(b[i], a[i], 1e-4f) << i;
-}
-
 TEST(TorchRunnerTest, AnExplicitDeviceReportsExplicitAndNoTable) {
   RuntimeOptions o = Options("identity");
   o.device = "cpu";
