@@ -38,6 +38,8 @@ in CI, see README for serving your own model):
                                 "top": arg-max [N,1] int64}
   pair_add            two inputs: a float32 [N,4], b int64 [N,4] -> [N,4] = a + b
                       (clients must send every input the model declares)
+  lstm_small          the write-up's small LSTM: nn.LSTM(16 -> 64) over
+                      sequence [N,32,16] -> logits [N,4] (device choice)
 
 Works with torch 1.13 and 2.x.
 """
@@ -65,6 +67,21 @@ class TinyCnn(torch.nn.Module):
         x = torch.relu(self.conv(x))
         x = self.pool(x)
         return self.fc(torch.flatten(x, 1))
+
+
+class SmallLstm(torch.nn.Module):
+    """The write-up's kind of small LSTM (where the CPU beat MPS by about
+    20 %): a fixed sequence of 32 steps of 16 features, one layer of 64
+    hidden units, the last step's state to 4 classes (about 21k parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(16, 64, batch_first=True)
+        self.fc = torch.nn.Linear(64, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(x)
+        return self.fc(out[:, -1])
 
 
 class Identity(torch.nn.Module):
@@ -180,6 +197,9 @@ MODELS = {
                           [("probs", [-1, 4]), ("top", [-1, 1], "int64")]),
     "pair_add": _small(PairAdd, None, [-1, 4], inputs=[
         _spec("a", [-1, 4]), _spec("b", [-1, 4], "int64")]),
+    # README "Where each device wins".
+    "lstm_small": _small(SmallLstm, [-1, 32, 16], [-1, 4], in_name="sequence",
+                         out_name="logits"),
 }
 
 # Exported only when named with --only (benchmarks on the GPU host).

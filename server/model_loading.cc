@@ -12,7 +12,11 @@ namespace metalserve {
 std::shared_ptr<DeviceThread> DeviceThreads::For(const std::string& device) {
   absl::MutexLock l(&mu_);
   std::shared_ptr<DeviceThread>& t = threads_[device];
-  if (t == nullptr) t = DeviceThread::Create(device, {.order = order_});
+  if (t == nullptr) {
+    t = DeviceThread::Create(device, {.order = order_});
+    LOG(INFO) << "repository: device thread for " << device << " started; every model on "
+              << device << " shares it";
+  }
   return t;
 }
 
@@ -33,7 +37,9 @@ RunnerMaker TorchRunnerMaker(RuntimeOptions defaults, DeviceThreads* threads) {
     if (s.channels_last.has_value()) ro.channels_last = *s.channels_last;
     if (s.optimize.has_value()) ro.optimize = *s.optimize;
     if (s.device.has_value()) ro.device = *s.device;
-    ro.device_thread = threads->For(ro.device);
+    // Keyed by the device the choice lands on, asked once it is known.
+    ro.device_thread = nullptr;
+    ro.device_thread_for = [threads](const std::string& device) { return threads->For(device); };
     ro.device_key = absl::StrCat(spec.id.model, ":", spec.id.version);
     return CreateTorchRunner(ro);
   };
@@ -91,7 +97,6 @@ absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(
     const RuntimeOptions& runtime, int64_t device_memory_budget) {
   auto r = std::make_unique<RepositoryServing>();
   r->threads.set_order(runtime.device_order);
-  r->threads.For(runtime.device);  // the flags' device thread exists from the start
   ASSIGN_OR_RETURN(r->memory_budget,
                    MemoryBudget::Create({.budget_bytes = device_memory_budget}));
   factory.memory_budget = r->memory_budget.get();

@@ -24,12 +24,15 @@
 
 namespace metalserve {
 
-// One DeviceThread per requested device ("cpu", "cuda:0", "auto", ...),
-// shared by every model loaded for it. Created on first use; the device of
-// the flags is created at start. Thread-safety: thread-safe. Destruction:
-// drops its references; each thread ends with its last runner.
+// One DeviceThread per device a model landed on ("cpu", "cuda:0", "mps"; the
+// name device choice resolved, not the one asked for), shared by every model
+// on that device: a model asking "auto" and one asking "cpu" both served by
+// the CPU share its thread. Created on first use, with one log line
+// ("device thread for cpu started ..."). Thread-safety: thread-safe.
+// Destruction: drops its references; each thread ends with its last runner.
 class DeviceThreads {
  public:
+  // `device` is a resolved name (RuntimeOptions::device_thread_for).
   std::shared_ptr<DeviceThread> For(const std::string& device);
   // The order across models on threads created from now on (fair_queue.h).
   void set_order(FairQueue::Order order) {
@@ -46,7 +49,9 @@ class DeviceThreads {
 // Makes torch runners for repository models: `defaults` (from the flags)
 // with the spec's model file, signature (from config.json), warm-up sizes,
 // and precision, channels_last, optimize and device settings, on the
-// device's shared thread. `threads` is not owned and must outlive the maker.
+// shared thread of the device it lands on ("auto" measures each model as
+// --model does, each device timed on its shared thread). `threads` is not
+// owned and must outlive the maker.
 RunnerMaker TorchRunnerMaker(RuntimeOptions defaults, DeviceThreads* threads);
 
 // Runs the repository's Rescan() on its own thread when asked (SIGHUP: the

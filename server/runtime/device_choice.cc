@@ -52,9 +52,10 @@ std::vector<std::string> WorkingAccelerators(const DevicePlatform& platform,
 }
 
 absl::StatusOr<std::string> ChooseDeviceName(const std::string& requested,
-                                             const DevicePlatform& platform) {
+                                             const DevicePlatform& platform,
+                                             std::vector<std::string>* skipped) {
   if (requested == "auto" || requested == "first_available") {
-    const std::vector<std::string> working = WorkingAccelerators(platform);
+    const std::vector<std::string> working = WorkingAccelerators(platform, skipped);
     return working.empty() ? std::string("cpu") : working.front();
   }
   absl::StatusOr<std::string> name = CanonicalName(requested);

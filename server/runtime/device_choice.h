@@ -49,9 +49,12 @@ class DevicePlatform {
 // The device to serve on for `requested` ("auto", "first_available", "mps",
 // "cuda", "cuda:N", "cpu"), as "mps", "cuda:N" or "cpu". INVALID_ARGUMENT
 // for another name; FAILED_PRECONDITION for an explicit device that is
-// missing or fails its probe.
+// missing or fails its probe. With `skipped` given, each accelerator the
+// fixed order passed over because it failed its probe is appended to it as
+// WorkingAccelerators does (what DeviceChoiceInfo::skipped reports).
 absl::StatusOr<std::string> ChooseDeviceName(const std::string& requested,
-                                             const DevicePlatform& platform);
+                                             const DevicePlatform& platform,
+                                             std::vector<std::string>* skipped = nullptr);
 
 // The accelerators `auto` considers, in order, that are available and pass
 // the probe (each one that fails is logged once, and with `skipped` given

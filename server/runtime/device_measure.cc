@@ -2,6 +2,7 @@
 // model on each working device (device_choice.h); every other request goes
 // straight to TorchRunner::Create.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "server/runtime/device_choice.h"
+#include "server/runtime/device_thread.h"
 #include "server/runtime/torch_device.h"
 #include "server/runtime/torch_runner.h"
 #include "server/runtime/torch_runner_internal.h"
@@ -51,11 +53,16 @@ DeviceTiming Measure(Runner& runner, const std::vector<int64_t>& sizes, Clock* c
   return timing;
 }
 
-// Stamps how the device was chosen on a runner TorchRunner::Create made.
+// Stamps how the device was chosen on a runner TorchRunner::Create made,
+// after the accelerators its own choice skipped (first_available's probe
+// failures; none for a device named explicitly).
 absl::StatusOr<std::unique_ptr<Runner>> WithChoice(absl::StatusOr<std::unique_ptr<Runner>> runner,
                                                    DeviceChoiceInfo choice) {
   if (runner.ok()) {
-    static_cast<torch_internal::TorchRunner&>(**runner).SetDeviceChoice(std::move(choice));
+    auto& torch_runner = static_cast<torch_internal::TorchRunner&>(**runner);
+    const std::vector<std::string>& own = torch_runner.info().device_choice.skipped;
+    choice.skipped.insert(choice.skipped.begin(), own.begin(), own.end());
+    torch_runner.SetDeviceChoice(std::move(choice));
   }
   return runner;
 }
@@ -76,16 +83,54 @@ DeviceChoiceInfo UnmeasuredChoice(const RuntimeOptions& options) {
   return choice;
 }
 
+// Runs each probe on the shared thread of the device probed: the device's
+// work belongs on its one thread (MPS is not safe from two), and under a
+// repository other models may already be running there when one loads.
+class ProbeOnDeviceThread final : public DevicePlatform {
+ public:
+  using ThreadFor = std::function<std::shared_ptr<DeviceThread>(const std::string&)>;
+  ProbeOnDeviceThread(std::shared_ptr<const DevicePlatform> base, ThreadFor thread_for)
+      : base_(std::move(base)), thread_for_(std::move(thread_for)) {}
+  bool Available(const std::string& device, std::string* why) const override {
+    return platform().Available(device, why);
+  }
+  absl::Status Probe(const std::string& device) const override {
+    absl::Status probe;
+    const absl::Status ran =
+        thread_for_(device)->RunSync([&] { probe = platform().Probe(device); });
+    return ran.ok() ? probe : ran;
+  }
+
+ private:
+  const DevicePlatform& platform() const { return base_ != nullptr ? *base_ : torch_; }
+  const std::shared_ptr<const DevicePlatform> base_;
+  const torch_internal::TorchPlatform torch_;
+  const ThreadFor thread_for_;
+};
+
+// `given`, with its platform's probes moved onto the device threads when
+// the threads are shared (device_thread_for).
+RuntimeOptions WithProbesOnDeviceThreads(const RuntimeOptions& given) {
+  RuntimeOptions o = given;
+  if (o.device_thread == nullptr && o.device_thread_for) {
+    o.device_platform =
+        std::make_shared<ProbeOnDeviceThread>(given.device_platform, given.device_thread_for);
+  }
+  return o;
+}
+
 }  // namespace
 
 std::unique_ptr<DevicePlatform> CreateTorchPlatform() {
   return std::make_unique<torch_internal::TorchPlatform>();
 }
 
-absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(const RuntimeOptions& options) {
+absl::StatusOr<std::unique_ptr<Runner>> CreateTorchRunner(const RuntimeOptions& given) {
+  const RuntimeOptions options = WithProbesOnDeviceThreads(given);
   // A device thread belongs to one device: with one given, auto keeps the
-  // fixed order. A package is compiled for one device type, named in its
-  // file name (aoti_runner.cc): nothing to measure.
+  // fixed order (with device_thread_for instead, each device measured runs
+  // on its own shared thread). A package is compiled for one device type,
+  // named in its file name (aoti_runner.cc): nothing to measure.
   if (options.device != "auto" || options.device_thread != nullptr ||
       torch_internal::IsPackagePath(options.model_path)) {
     return WithChoice(torch_internal::TorchRunner::Create(options), UnmeasuredChoice(options));

@@ -80,8 +80,8 @@ struct DeviceChoiceInfo {
   // device thread keeps the fixed order.
   std::string reason;
   std::vector<Timing> timings;       // empty unless auto measured
-  // Devices auto left out, each "<device>: <why>" (failed its probe, failed
-  // to load or to run).
+  // Devices auto or first_available left out, each "<device>: <why>"
+  // (failed its probe; under auto also failed to load or to run).
   std::vector<std::string> skipped;
 };
 

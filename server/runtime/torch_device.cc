@@ -133,9 +133,11 @@ absl::Status TorchPlatform::Probe(const std::string& device) const {
 absl::StatusOr<DeviceChoice> ChooseDevice(const std::string& requested,
                                           const DevicePlatform* platform) {
   const TorchPlatform torch_platform;
+  std::vector<std::string> skipped;
   ASSIGN_OR_RETURN(const std::string name,
-                   ChooseDeviceName(requested, platform != nullptr ? *platform : torch_platform));
-  return DeviceChoice{ToDevice(name), name};
+                   ChooseDeviceName(requested, platform != nullptr ? *platform : torch_platform,
+                                    &skipped));
+  return DeviceChoice{ToDevice(name), name, std::move(skipped)};
 }
 
 absl::StatusOr<std::shared_ptr<TorchDevice>> TorchDevice::Create(

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/script.h>
 
@@ -24,6 +25,8 @@ namespace metalserve::torch_internal {
 struct DeviceChoice {
   c10::Device device = c10::Device(c10::kCPU);
   std::string name;  // "cpu", "cuda:0", "mps"
+  // Accelerators the fixed order passed over, "<device>: probe failed: <why>".
+  std::vector<std::string> skipped;
 };
 
 // "auto" / "first_available" (mps -> cuda -> cpu, each accelerator only

@@ -185,7 +185,8 @@ struct RuntimeOptions {
 
   // The thread that does all work on `device`, shared with other runners on
   // the same device; nullptr: the runner creates its own. Give one thread
-  // only to runners on one device.
+  // only to runners on one device. With one given, "auto" keeps the fixed
+  // order (reason "shared_device_thread"): the thread fixes the device.
   std::shared_ptr<DeviceThread> device_thread;
   // The key this runner's batches are queued under on the device thread
   // (fair_queue.h: the device's time is shared fairly between keys), e.g.
@@ -195,6 +196,14 @@ struct RuntimeOptions {
   // Order across keys on a device thread this runner creates itself (none
   // given): kFair, or kFifo, the order before keys (--device_scheduling).
   FairQueue::Order device_order = FairQueue::Order::kFair;
+  // Optional, used when device_thread is nullptr: the shared thread of a
+  // device by the name the choice resolved it to ("cpu", "cuda:0", "mps"),
+  // asked once the device is known. So a model asking "auto" and one asking
+  // "cpu" that both land on the CPU share one thread, and "auto" loads and
+  // times the model on each device on that device's thread; each device's
+  // probe (device_choice.h) runs on its thread too. The repository passes
+  // DeviceThreads::For (server/model_loading.h).
+  std::function<std::shared_ptr<DeviceThread>(const std::string& device)> device_thread_for;
   // Optional; see ForwardObserver.
   ForwardObserver forward_observer;
 };

@@ -171,6 +171,7 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   ASSIGN_OR_RETURN(DeviceChoice choice,
                    ChooseDevice(options.device, options.device_platform.get()));
   info_.device = choice.name;
+  info_.device_choice.skipped = choice.skipped;  // CreateTorchRunner adds the rest
   info_.torch_version = TORCH_VERSION;
   info_.precision = options.precision;
   const char* fallback = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");
@@ -187,6 +188,9 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   // batch 1; 11.3 ms on the owner thread); on CUDA, ResNet-50 batches of 32
   // took 470 ms instead of 16 ms from threads that had not warmed up (H200).
   std::shared_ptr<DeviceThread> thread = options.device_thread;
+  if (thread == nullptr && options.device_thread_for) {
+    thread = options.device_thread_for(choice.name);
+  }
   if (thread == nullptr) thread = DeviceThread::Create(choice.name, {.order = options.device_order});
   device_key_ = options.device_key;
   ASSIGN_OR_RETURN(device_, TorchDevice::Create(std::move(choice), std::move(thread)));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/dtype/dtype_map.h"
+#include "server/service/device_choice_json.h"
 #include "server/service/status_util.h"
 
 namespace metalserve {
@@ -202,6 +203,9 @@ inference::ModelConfig KServeModelConfig(const ModelInfo& info, int64_t max_batc
     out->set_name(spec.name);
     out->set_data_type(KServeConfigType(spec.dtype));
     for (size_t d = 1; d < spec.shape.size(); ++d) out->add_dims(spec.shape[d]);
+  }
+  if (std::string choice = DeviceChoiceText(info); !choice.empty()) {
+    (*c.mutable_parameters())[kDeviceChoiceParameter].set_string_value(std::move(choice));
   }
   return c;
 }

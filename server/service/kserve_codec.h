@@ -53,7 +53,8 @@ inline constexpr char kKServePlatform[] = "pytorch_libtorch";
 // The served model's KServe ModelConfig, as the ModelConfig RPC and REST's
 // GET /v2/models/{name}/config answer it: name, platform, max_batch_size,
 // inputs and outputs with their config datatype and dims (batch dimension
-// left out, as Triton's dims are).
+// left out, as Triton's dims are), and parameters["device_choice"]: how the
+// device was chosen, as JSON text (device_choice_json.h).
 inference::ModelConfig KServeModelConfig(const ModelInfo& info, int64_t max_batch_size);
 
 // The request's parameters["priority"] (an int64 or uint64 parameter, as

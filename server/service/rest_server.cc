@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/dtype/dtype_map.h"
 #include "server/metrics/http_listener.h"
+#include "server/service/device_choice_json.h"
 #include "server/service/kserve_codec.h"
 #include "server/service/rest_call.h"
 #include "server/service/rest_codec.h"
@@ -365,6 +366,8 @@ Json ModelMetadata(const ModelInfo& info) {
     }
     meta[side] = std::move(tensors);
   }
+  // Extension (device_choice_json.h); KServe clients ignore unknown fields.
+  if (Json choice = DeviceChoiceJson(info); !choice.is_null()) meta["device_choice"] = choice;
   return meta;
 }
 
@@ -384,6 +387,13 @@ Json ModelConfigJson(const inference::ModelConfig& config) {
   };
   j["input"] = tensors(config.input());
   j["output"] = tensors(config.output());
+  if (!config.parameters().empty()) {
+    Json parameters = Json::object();
+    for (const auto& [key, value] : config.parameters()) {
+      parameters[key] = {{"string_value", value.string_value()}};
+    }
+    j["parameters"] = std::move(parameters);
+  }
   return j;
 }
 

@@ -176,5 +176,58 @@ TEST_F(RestTest, RepositoryExtensionWithOneModelListsItAndRefusesLoadAndUnload) 
               HasSubstr("model_repository"));
 }
 
+// A runner that recorded how its device was chosen, as the torch runtime
+// does under --device=auto: a measured table and a device auto left out.
+class RestDeviceChoiceTest : public RestTest {
+ protected:
+  void SetUp() override {
+    DeviceChoiceInfo& choice = runner_.mutable_info().device_choice;
+    choice.requested = "auto";
+    choice.reason = "measured";
+    choice.timings = {{"cpu", 1, absl::Microseconds(67)}, {"cpu", 8, absl::Microseconds(106.4)}};
+    choice.skipped = {"mps: probe failed: a 4 MB allocation filled with ones sums to 0"};
+    RestTest::SetUp();
+  }
+  static Json Expected() {
+    return Json::parse(R"({"requested": "auto", "device": "cpu", "reason": "measured",
+        "timings": [{"device": "cpu", "batch_size": 1, "forward_us": 67},
+                    {"device": "cpu", "batch_size": 8, "forward_us": 106}],
+        "skipped": ["mps: probe failed: a 4 MB allocation filled with ones sums to 0"]})");
+  }
+};
+
+// REST metadata carries the table as an extension field; KServe's
+// ModelMetadataResponse has none, so the gRPC ModelConfig (and REST /config)
+// carry the same object as Triton's parameters["device_choice"].string_value.
+TEST_F(RestDeviceChoiceTest, MetadataAndConfigCarryTheDeviceChoice) {
+  for (const char* path : {"/v2/models/fake", "/v2/models/fake/versions/1"}) {
+    HttpResponse meta = Get(path);
+    ASSERT_EQ(meta.status, 200) << path;
+    EXPECT_EQ(Json::parse(meta.body)["device_choice"], Expected()) << path;
+  }
+  HttpResponse config = Get("/v2/models/fake/config");
+  ASSERT_EQ(config.status, 200) << config.body;
+  const Json parameters = Json::parse(config.body)["parameters"];
+  ASSERT_TRUE(parameters.contains("device_choice")) << config.body;
+  EXPECT_EQ(Json::parse(parameters["device_choice"]["string_value"].get<std::string>()),
+            Expected());
+  auto channel = grpc::CreateChannel(ServerTarget(), grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  grpc::ClientContext ctx;
+  inference::ModelConfigRequest q;
+  q.set_name("fake");
+  inference::ModelConfigResponse g;
+  ASSERT_TRUE(stub->ModelConfig(&ctx, q, &g).ok());
+  ASSERT_EQ(g.config().parameters().count("device_choice"), 1u);
+  EXPECT_EQ(Json::parse(g.config().parameters().at("device_choice").string_value()),
+            Expected());
+}
+
+// A runner that recorded no choice (not the torch runtime's) adds nothing.
+TEST_F(RestTest, MetadataWithoutARecordedChoiceHasNoDeviceChoice) {
+  EXPECT_FALSE(Json::parse(Get("/v2/models/fake").body).contains("device_choice"));
+  EXPECT_FALSE(Json::parse(Get("/v2/models/fake/config").body).contains("parameters"));
+}
+
 }  // namespace
 }  // namespace metalserve

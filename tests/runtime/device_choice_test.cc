@@ -100,6 +100,24 @@ TEST(DeviceChoiceTest, AutoFallsToTheNextAcceleratorWhenTheFirstFailsItsProbe) {
   EXPECT_THAT(WorkingAccelerators(platform), ElementsAre("cuda:0"));
 }
 
+// first_available keeps the fixed order, and reports what it passed over.
+TEST(DeviceChoiceTest, FirstAvailableListsEachAcceleratorThatFailedItsProbeAsSkipped) {
+  const FakePlatform vm({"mps"}, {{"mps", kVmFailure}});
+  std::vector<std::string> skipped;
+  EXPECT_THAT(ChooseDeviceName("first_available", vm, &skipped), IsOkAndHolds("cpu"));
+  EXPECT_THAT(skipped, ElementsAre(std::string("mps: probe failed: ") + kVmFailure));
+
+  const FakePlatform both({"mps", "cuda:0"}, {{"mps", "results differ"}});
+  skipped.clear();
+  EXPECT_THAT(ChooseDeviceName("first_available", both, &skipped), IsOkAndHolds("cuda:0"));
+  EXPECT_THAT(skipped, ElementsAre("mps: probe failed: results differ"));
+
+  const FakePlatform working({"mps", "cuda:0"}, {});
+  skipped.clear();
+  EXPECT_THAT(ChooseDeviceName("first_available", working, &skipped), IsOkAndHolds("mps"));
+  EXPECT_THAT(skipped, IsEmpty());
+}
+
 TEST(DeviceChoiceTest, UnavailableDevicesAreNotProbedAndAutoIsCpu) {
   const FakePlatform platform({}, {});
   EXPECT_THAT(ChooseDeviceName("auto", platform), IsOkAndHolds("cpu"));
