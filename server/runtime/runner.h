@@ -58,7 +58,10 @@ struct BatchedInput {
 // policy seeds its cost curve from these.
 struct WarmupTiming {
   int64_t batch_size = 0;
-  absl::Duration forward;
+  absl::Duration forward;  // at intra_op_threads
+  // On the CPU: the intra-op threads that serve batches padded to this size,
+  // chosen at warm-up (intra_op_threads.h); 0 on other devices.
+  int intra_op_threads = 0;
 };
 
 // How the serving device was chosen (device_choice.h): what was asked for,

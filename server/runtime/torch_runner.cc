@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/runtime/intra_op_threads.h"
 #include "server/runtime/torch_runner_internal.h"
 
 namespace metalserve {
@@ -163,8 +164,22 @@ absl::StatusOr<std::vector<at::Tensor>> TorchRunner::ForwardModel(
   return path_->Forward(*module_, host, compute_dtype_, purpose);
 }
 
-// On the device thread: the forward path, then the outputs as project tensors.
+int TorchRunner::ServeThreads(int64_t rows) const {
+  const WarmupTiming* holds = nullptr;    // the smallest size >= rows
+  const WarmupTiming* largest = nullptr;
+  for (const WarmupTiming& w : info_.warmup_timings) {
+    if (w.batch_size >= rows && (holds == nullptr || w.batch_size < holds->batch_size)) holds = &w;
+    if (largest == nullptr || w.batch_size > largest->batch_size) largest = &w;
+  }
+  const WarmupTiming* pick = holds != nullptr ? holds : largest;
+  return pick == nullptr ? 0 : pick->intra_op_threads;
+}
+
+// On the device thread: the forward path (on the intra-op threads chosen for
+// its size at warm-up; intra_op_threads.h), then the outputs as project
+// tensors. Set on every batch: runners sharing the device thread may differ.
 absl::StatusOr<std::vector<Tensor>> TorchRunner::Serve(const std::vector<at::Tensor>& host) {
+  if (!host.empty()) SetIntraOpThreads(ServeThreads(host[0].size(0)));
   absl::StatusOr<std::vector<at::Tensor>> out = ForwardModel(host, ForwardPurpose::kServe);
   if (!out.ok()) {
     if (out.status().code() != absl::StatusCode::kInternal) return out.status();

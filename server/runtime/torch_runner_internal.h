@@ -99,6 +99,11 @@ class TorchRunner final : public Runner {
   void KeepInferredSignature(const ModelSignature& sig, const std::string& path,
                              const SignatureCodec& codec, bool write) const;
   absl::Status WarmUp(const std::vector<int64_t>& batch_sizes);
+  // One untimed forward of `batch` rows, then `timed` timed ones: the least.
+  absl::StatusOr<absl::Duration> TimeWarmUpForwards(int64_t batch, int timed);
+  // The intra-op threads chosen at warm-up for a batch of `rows` (by the
+  // smallest warm-up size that holds it, else the largest); 0 off the CPU.
+  int ServeThreads(int64_t rows) const;
 
   // The AotiRunner (aoti_runner.cc): load, signature check and verification
   // of a package, on the device thread.

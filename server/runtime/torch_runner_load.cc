@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "common/status_macros.h"
+#include "server/runtime/intra_op_threads.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/signature_binding.h"
 #include "server/runtime/torch_runner_internal.h"
@@ -269,27 +270,56 @@ absl::StatusOr<VerifiedGraph> TorchRunner::OptimizeOrReuse(const RuntimeOptions&
   return graph;
 }
 
-// Warm-up: twice per size, because TorchScript's profiling executor
-// optimizes the graph on the runs after the first.
+// Warm-up: per size one forward untimed, because TorchScript's profiling
+// executor optimizes the graph on the runs after the first, then timed ones.
+// On the CPU with several intra-op threads, sizes are compared on one thread
+// and on all of them until all of them win (intra_op_threads.h).
 absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
-  LOG(INFO) << "runtime: warming up batch sizes [" << absl::StrJoin(batch_sizes, ",")
-            << "], 2 forwards each";
-  for (int64_t b : batch_sizes) {
+  const int n = device_->device().is_cpu() ? CurrentIntraOpThreads() : 0;
+  LOG(INFO) << "runtime: warming up batch sizes [" << absl::StrJoin(batch_sizes, ",") << "]"
+            << (n > 1 ? absl::StrCat(", each on 1 and ", n, " intra-op threads until ", n,
+                                     " win")
+                      : "");
+  std::vector<int64_t> sizes = batch_sizes;
+  std::stable_sort(sizes.begin(), sizes.end());
+  bool parallel_won = false;
+  for (int64_t b : sizes) {
     const absl::Time start = clock_->TimeNow();
-    for (int i = 0; i < 2; ++i) {
-      auto probe = ProbeInputs(*path_, b, 7);
-      const absl::Time forward_start = clock_->TimeNow();
-      const auto out = ForwardModel(probe, ForwardPurpose::kWarmUp);
-      if (i == 1) info_.warmup_timings.push_back({b, clock_->TimeNow() - forward_start});
-      if (!out.ok()) {
-        return absl::Status(out.status().code(), absl::StrCat("warm-up at batch ", b, ": ",
-                                                              out.status().message()));
-      }
+    const bool compare = n > 1 && !parallel_won;
+    ASSIGN_OR_RETURN(const absl::Duration at_n, TimeWarmUpForwards(b, compare ? 3 : 1));
+    WarmupTiming timing{b, at_n, n};
+    if (compare) {
+      SetIntraOpThreads(1);
+      const absl::StatusOr<absl::Duration> at_one = TimeWarmUpForwards(b, 3);
+      SetIntraOpThreads(n);
+      RETURN_IF_ERROR(at_one.status());
+      timing.intra_op_threads = ChooseIntraOpThreads(*at_one, at_n, n);
+      parallel_won = timing.intra_op_threads > 1;
+      if (!parallel_won) timing.forward = *at_one;
+      LOG(INFO) << "runtime: batch size " << b << " serves on " << timing.intra_op_threads
+                << " intra-op thread(s): forward " << absl::FormatDuration(*at_one)
+                << " on 1, " << absl::FormatDuration(at_n) << " on " << n;
     }
+    info_.warmup_timings.push_back(timing);
     LOG(INFO) << "runtime: warmed up batch size " << b << " in " << ElapsedMs(clock_, start)
               << " ms";
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Duration> TorchRunner::TimeWarmUpForwards(int64_t batch, int timed) {
+  absl::Duration least = absl::InfiniteDuration();
+  for (int i = 0; i <= timed; ++i) {
+    auto probe = ProbeInputs(*path_, batch, 7);
+    const absl::Time forward_start = clock_->TimeNow();
+    const auto out = ForwardModel(probe, ForwardPurpose::kWarmUp);
+    if (!out.ok()) {
+      return absl::Status(out.status().code(), absl::StrCat("warm-up at batch ", batch, ": ",
+                                                            out.status().message()));
+    }
+    if (i > 0) least = std::min(least, clock_->TimeNow() - forward_start);
+  }
+  return least;
 }
 
 absl::StatusOr<torch::jit::Module> TorchRunner::LoadModule(const std::string& path) {

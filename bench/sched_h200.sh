@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Issue 19's policy comparison on the GPU host (shared/gpu-host/README.md's
+# recipe: run from the repository root with .devtools/ and .devdeps/ in the
+# tree). Builds build-gpu (metalserve and metalserve-bench only), exports
+# ResNet-50 as TorchScript alongside the build, then measures with
+# bench/run.py, ResNet-50 fp32 on cuda: unbatched, fixed 0/1/2/5 ms,
+# adaptive (5 ms bound) and a 50 ms latency target, concurrency 1, 64 and
+# 256, the policies interleaved over 2 rounds (each level's median round).
+# JSON (h200-<date>-resnet50-sched-policies.json), server logs (.work/) and
+# this log under $OUT (default /tmp/sched-out).
+#
+# Wall time, about 8 minutes: build ~3 min (the export runs beside it);
+# measuring ~5 min = 14 server starts (~25 s the first, ~5 s each once the
+# verification cache holds the verdict) + 42 levels of ~4.5 s (--duration=3
+# --warmup=1 plus the client's start).
+#   bash bench/sched_h200.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/sched-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+source .devtools/gpu-env.sh
+export PKG_CONFIG_PATH=/opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=/opt/deb
+g=$(ls /usr/lib/x86_64-linux-gnu/libgnutls.so.30* 2>/dev/null | head -1)
+ln -sf "$g" /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.so.30
+ln -sf "$g" /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.so
+rm -f /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.a
+printf "Name: gnutls\nDescription: host\nVersion: 3.7.9\nLibs: -lgnutls\nCflags:\n" \
+  > /opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+uptime
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+mkdir -p build-gpu/models
+# Waited for by pid: a bare `wait` also waits for the tee above (a process
+# substitution), which never ends.
+(python3 models/export.py --out build-gpu/models --only resnet50 > "$OUT/export.txt" 2>&1 ||
+   echo "export FAILED" >> "$OUT/export.txt") &
+export_pid=$!
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF \
+  -DMETALSERVE_PYTHON="$(command -v python3)" $GPU_CMAKE_ARGS > "$OUT/cmake.txt" 2>&1 ||
+  { tail -30 "$OUT/cmake.txt"; wait "$export_pid"; echo "cmake failed: stopping"; exit 1; }
+cmake --build build-gpu -j16 --target metalserve metalserve-bench > "$OUT/build.txt" 2>&1 ||
+  { grep -E "error|Error" "$OUT/build.txt" | head -30; wait "$export_pid"; echo "build failed: stopping"; exit 1; }
+stamp "built"
+wait "$export_pid"
+stamp "exported"; tail -3 "$OUT/export.txt"
+[[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
+python3 bench/run.py --build=build-gpu --model=resnet50 --device=cuda --threads=8 --optimize=auto \
+  --max_batch_size=256 --allowed_batch_sizes=1,2,4,8,16,24,32,48,64,96,128,192,256 \
+  --sweep=1,64,256 --duration=3 --warmup=1 --rounds=2 --bench_args=--connections=8 \
+  --policies=unbatched,fixed:0ms,fixed:1ms,fixed:2ms,fixed:5ms,adaptive:5ms,target:50ms \
+  --host_label=h200 --tag=sched --out="$OUT"
+echo "run.py rc=$?"
+stamp "measured"
+# The batches each policy closed and why (the last round's servers).
+grep -H "batches_total\|batch_size_rows_sum\|batch_size_rows_count" "$OUT"/.work/metrics-*.prom \
+  2>/dev/null | grep -v "^#" | head -60
+uptime
