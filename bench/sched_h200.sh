@@ -17,6 +17,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/sched-out}
+# Results (JSON, plot) and the servers' logs and metrics (.work/) go to RES;
+# the results are copied to OUT at the end.
+RES=${RES:-/tmp/sched-res}
+mkdir -p "$RES"
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source .devtools/gpu-env.sh
@@ -37,7 +41,9 @@ mkdir -p build-gpu/models
 (python3 models/export.py --out build-gpu/models --only resnet50 > "$OUT/export.txt" 2>&1 ||
    echo "export FAILED" >> "$OUT/export.txt") &
 export_pid=$!
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF \
+# The client without libcurl: the unpacked Debian libcurl does not link on
+# the host (docs/operations.md).
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF -DMETALSERVE_HTTP_CLIENT=OFF \
   -DMETALSERVE_PYTHON="$(command -v python3)" $GPU_CMAKE_ARGS > "$OUT/cmake.txt" 2>&1 ||
   { tail -30 "$OUT/cmake.txt"; wait "$export_pid"; echo "cmake failed: stopping"; exit 1; }
 cmake --build build-gpu -j16 --target metalserve metalserve-bench > "$OUT/build.txt" 2>&1 ||
@@ -48,12 +54,14 @@ stamp "exported"; tail -3 "$OUT/export.txt"
 [[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
 python3 bench/run.py --build=build-gpu --model=resnet50 --device=cuda --threads=8 --optimize=auto \
   --max_batch_size=256 --allowed_batch_sizes=1,2,4,8,16,24,32,48,64,96,128,192,256 \
-  --sweep=1,64,256 --duration=3 --warmup=1 --rounds=2 --bench_args=--connections=8 \
+  --sweep=1,64,256 --duration=${DURATION:-3} --warmup=${WARMUP:-1} --rounds=2 --bench_args=--connections=8 \
   --policies=unbatched,fixed:0ms,fixed:1ms,fixed:2ms,fixed:5ms,adaptive:5ms,target:50ms \
-  --host_label=h200 --tag=sched --out="$OUT"
+  --host_label=h200 --tag=sched --out="$RES"
 echo "run.py rc=$?"
 stamp "measured"
 # The batches each policy closed and why (the last round's servers).
-grep -H "batches_total\|batch_size_rows_sum\|batch_size_rows_count" "$OUT"/.work/metrics-*.prom \
+grep -H "batches_total\|batch_size_rows_sum\|batch_size_rows_count" "$RES"/.work/metrics-*.prom \
   2>/dev/null | grep -v "^#" | head -60
 uptime
+cp "$RES"/*.json "$RES"/*.png "$OUT"/ 2>/dev/null
+ls "$OUT"
