@@ -134,7 +134,8 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     if args.output:
         with open(args.output, "w") as f:
-            json.dump({"args": vars(args), "results": results}, f, indent=1)
+            command = " ".join(["bench/fairness.py"] + sys.argv[1:])
+            json.dump({"command": command, "args": vars(args), "results": results}, f, indent=1)
             f.write("\n")
 
 
