@@ -422,6 +422,7 @@ std::unique_ptr<metalserve::RepositoryServing> RepositoryOrExit(
                     "--model_control");
   o.poll_interval = absl::GetFlag(FLAGS_repository_poll_interval);
   o.on_states = metalserve::ModelStatesToMetrics(metrics);
+  o.on_unload = [metrics](const std::string& m, bool ok) { metrics->ModelUnloadFinished(m, ok); };
   metalserve::ModelServableFactory::Options f{.batching = so.batching,
                                               .device_concurrency = so.device_concurrency,
                                               .metrics = metrics};

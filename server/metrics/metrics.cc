@@ -119,6 +119,10 @@ class MetricsImpl final : public Metrics {
     model_loads_.Add({{"model", std::string(model)}, {"outcome", ok ? "ok" : "failed"}})
         .Increment();
   }
+  void ModelUnloadFinished(absl::string_view model, bool ok) override {
+    model_unloads_.Add({{"model", std::string(model)}, {"outcome", ok ? "ok" : "failed"}})
+        .Increment();
+  }
   MonitorSnapshot Monitor() const override { return monitor_.Snapshot(); }
 
   // The end of a request recorded in a model version's series: what every
@@ -159,6 +163,7 @@ class MetricsImpl final : public Metrics {
   Family<prometheus::Histogram>& priority_duration_;
   Family<Gauge>& model_state_;
   Family<prometheus::Counter>& model_loads_;
+  Family<prometheus::Counter>& model_unloads_;
 
   // Guards the series that come and go: memory figures and build info.
   absl::Mutex slow_mu_;
@@ -206,7 +211,12 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
       model_loads_(prometheus::BuildCounter()
                        .Name("metalserve_model_loads_total")
                        .Help("Model version loads, by model and outcome (ok, failed).")
-                       .Register(*registry_)) {}
+                       .Register(*registry_)),
+      model_unloads_(prometheus::BuildCounter()
+                         .Name("metalserve_model_unloads_total")
+                         .Help("Model unloads, by model and outcome (ok; failed, model \"\": "
+                               "the name was not loaded).")
+                         .Register(*registry_)) {}
 
 MetricsImpl::~MetricsImpl() {
   listener_.reset();

@@ -48,6 +48,8 @@
 //                                          UNLOADING, UNAVAILABLE); removed
 //                                          when it forgets the version
 //   model_loads_total{model,outcome}       counter: ok | failed, per version
+//   model_unloads_total{model,outcome}     counter: ok | failed (model ""
+//                                          when the name was not loaded)
 //   ready                                  gauge 0/1
 //   monitor_latency_p50_seconds, monitor_latency_p95_seconds,
 //   monitor_latency_mean_seconds, monitor_error_ratio (server errors),
@@ -240,6 +242,9 @@ class Metrics {
   virtual void SetModelStates(const std::vector<ModelState>& /*states*/) {}
   // One version's load ended, `ok` or failed: model_loads_total.
   virtual void ModelLoadFinished(absl::string_view /*model*/, bool /*ok*/) {}
+  // One unload ended: model_unloads_total{model,outcome}; `model` "" for
+  // a refused unload (the name was not loaded).
+  virtual void ModelUnloadFinished(absl::string_view /*model*/, bool /*ok*/) {}
 
   virtual MonitorSnapshot Monitor() const = 0;
 };

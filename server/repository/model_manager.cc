@@ -183,6 +183,7 @@ absl::Status ModelManager::Load(const ModelEntry& entry, bool reload_ready) {
 absl::Status ModelManager::Unload(absl::string_view model) {
   absl::Status s = UnloadServed(model);
   NotifyStates();
+  if (options_.on_unload) options_.on_unload(s.ok() ? std::string(model) : std::string(), s.ok());
   return s;
 }
 

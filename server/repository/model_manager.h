@@ -91,6 +91,10 @@ class ModelManager {
     // drained version was freed), on the thread that made it, with no lock
     // held. For the model_state metric; must be quick.
     std::function<void(const std::vector<VersionStatus>&)> on_states;
+    // Optional: told each Unload's outcome, with the model's name when it
+    // was loaded (ok) and "" when it was not (the name is the caller's, so
+    // it never becomes a label). For model_unloads_total; must be quick.
+    std::function<void(const std::string& model, bool ok)> on_unload;
   };
 
   // InvalidArgument without a factory. Starts the release thread.

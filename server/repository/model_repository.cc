@@ -57,7 +57,8 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ModelManager> manager,
                    ModelManager::Create({.factory = options.factory,
-                                          .on_states = options.on_states}));
+                                          .on_states = options.on_states,
+                                          .on_unload = options.on_unload}));
   // Readable at all? A folder that is not fails the start; a bad model does not.
   RETURN_IF_ERROR(ScanRepository(options.root).status());
   std::unique_ptr<ModelRepository> repository(new ModelRepository(options, std::move(manager)));

@@ -83,6 +83,8 @@ class ModelRepository {
     Clock* clock = nullptr;
     // Passed to the manager (ModelManager::Options::on_states).
     std::function<void(const std::vector<VersionStatus>&)> on_states;
+    // Passed to the manager (ModelManager::Options::on_unload).
+    std::function<void(const std::string& model, bool ok)> on_unload;
   };
 
   // InvalidArgument naming the field for a missing root or factory or a

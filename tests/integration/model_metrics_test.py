@@ -279,6 +279,8 @@ class ModelMetrics(unittest.TestCase):
         self.assertEqual(self.value(f'metalserve_requests_total{{{self.IDENT},'
                                     f'method="ModelInfer",code="OK"}}'), N)
         self.assertTrue(self.scraped_model_lines("identity"))
+        # The unload itself is counted, under the model that was loaded.
+        self.wait_value('metalserve_model_unloads_total{model="tiny_cnn",outcome="ok"}', 1)
 
     def check_failed_load_shows_in_state_panel_and_alert(self):
         os.makedirs(os.path.join(self.root, "identity", "2"))

@@ -248,6 +248,21 @@ TEST_F(ModelManagerTest, UnloadOfAModelNotLoadedIsNotFoundListingWhatIs) {
   EXPECT_EQ(ServedVersion("a"), 1);
 }
 
+TEST(ModelManagerUnloadTest, EachUnloadIsReportedWithItsOutcomeAndNoCallerNameWhenRefused) {
+  FakeFactory factory;
+  std::vector<std::pair<std::string, bool>> unloads;
+  auto manager = ModelManager::Create(
+      {.factory = &factory,
+       .on_unload = [&unloads](const std::string& m, bool ok) { unloads.emplace_back(m, ok); }});
+  ASSERT_THAT(manager.status(), IsOk());
+  ASSERT_THAT((*manager)->Load(Entry("a", {1})), IsOk());
+  ASSERT_THAT((*manager)->Unload("a"), IsOk());
+  EXPECT_THAT((*manager)->Unload("anything a client sends"),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(unloads, ElementsAre(std::make_pair(std::string("a"), true),
+                                   std::make_pair(std::string(""), false)));
+}
+
 TEST_F(ModelManagerTest, EntryWithAScanErrorIsReturnedAndChangesNothing) {
   ASSERT_THAT(manager_->Load(Entry("m", {1})), IsOk());
   ModelEntry bad = Entry("m", {2});
