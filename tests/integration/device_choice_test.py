@@ -32,7 +32,7 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
+from proc_util import Process, compile_stubs, free_port, http_get, tail, wait_for  # noqa: E402
 
 ARGS = None
 
@@ -42,13 +42,8 @@ class DeviceChoice(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="metalserve_device_choice_")
-        stubs = os.path.join(cls.tmp, "stubs")
-        os.makedirs(stubs)
-        subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + ARGS.proto_dir,
-                        "--python_out=" + stubs, "--grpc_python_out=" + stubs,
-                        "inference/grpc_service.proto", "metalserve/v1/inference.proto"],
-                       check=True, timeout=60)
-        sys.path.insert(0, stubs)
+        compile_stubs(ARGS.proto_dir, cls.tmp,
+                      protos=("inference/grpc_service.proto", "metalserve/v1/inference.proto"))
         global kpb, kgrpc, npb, ngrpc
         from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kgrpc
         from metalserve.v1 import inference_pb2 as npb, inference_pb2_grpc as ngrpc

@@ -37,7 +37,7 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, tail, wait_for  # noqa: E402
+from proc_util import Process, compile_stubs, free_port, tail, wait_for  # noqa: E402
 
 ARGS = None
 HEAVY = "mobilenet_v2"
@@ -57,12 +57,7 @@ class Fairness(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="metalserve_fairness_")
-        stubs = os.path.join(cls.tmp, "stubs")
-        os.makedirs(stubs)
-        subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + ARGS.proto_dir,
-                        "--python_out=" + stubs, "--grpc_python_out=" + stubs,
-                        "inference/grpc_service.proto"], check=True, timeout=60)
-        sys.path.insert(0, stubs)
+        compile_stubs(ARGS.proto_dir, cls.tmp, protos=("inference/grpc_service.proto",))
         global kpb, kgrpc
         from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kgrpc
         cls.root = os.path.join(cls.tmp, "repository")

@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +44,7 @@ import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
+from proc_util import Process, compile_stubs, free_port, http_get, tail, wait_for  # noqa: E402
 
 ARGS = None
 N = 8              # successful calls per protocol
@@ -60,15 +59,6 @@ MODEL_FAMILIES = (
     "metalserve_batch_size_rows", "metalserve_batch_padding_rows_total",
     "metalserve_batches_total", "metalserve_queue_depth_rows",
     "metalserve_queue_capacity_rows")
-
-
-def compile_protos(proto_dir, out):
-    os.makedirs(out)
-    subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + proto_dir,
-                    "--python_out=" + out, "--grpc_python_out=" + out,
-                    "inference/grpc_service.proto", "metalserve/v1/inference.proto"],
-                   check=True, timeout=60)
-    sys.path.insert(0, out)
 
 
 class ModelMetrics(unittest.TestCase):
@@ -101,7 +91,8 @@ class ModelMetrics(unittest.TestCase):
         for path in (ARGS.server, ARGS.repository, ARGS.prometheus):
             if not os.path.exists(path):
                 raise AssertionError(f"not found: {path}")
-        compile_protos(ARGS.proto_dir, os.path.join(cls.tmp, "stubs"))
+        compile_stubs(ARGS.proto_dir, cls.tmp,
+                      protos=("inference/grpc_service.proto", "metalserve/v1/inference.proto"))
         global kpb, kgrpc, npb, ngrpc
         from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kgrpc
         from metalserve.v1 import inference_pb2 as npb, inference_pb2_grpc as ngrpc

@@ -53,19 +53,10 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, http_get, tail, wait_for  # noqa: E402
+from proc_util import Process, compile_stubs, free_port, http_get, tail, wait_for  # noqa: E402
 
 ARGS = None
 CLIENTS = 4
-
-
-def compile_protos(proto_dir, out):
-    os.makedirs(out)
-    subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + proto_dir,
-                    "--python_out=" + out, "--grpc_python_out=" + out,
-                    "inference/grpc_service.proto", "metalserve/v1/inference.proto"],
-                   check=True, timeout=60)
-    sys.path.insert(0, out)
 
 
 class Repository(unittest.TestCase):
@@ -73,7 +64,8 @@ class Repository(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="metalserve_repository_")
-        compile_protos(ARGS.proto_dir, os.path.join(cls.tmp, "stubs"))
+        compile_stubs(ARGS.proto_dir, cls.tmp,
+                      protos=("inference/grpc_service.proto", "metalserve/v1/inference.proto"))
         global kpb, kgrpc, npb, ngrpc
         from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kgrpc
         from metalserve.v1 import inference_pb2 as npb, inference_pb2_grpc as ngrpc

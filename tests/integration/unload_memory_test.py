@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
-from proc_util import Process, free_port, tail, wait_for  # noqa: E402
+from proc_util import Process, compile_stubs, free_port, tail, wait_for  # noqa: E402
 
 ARGS = None
 MODEL = "resnet18"
@@ -66,12 +65,7 @@ class UnloadMemory(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="metalserve_unload_memory_")
-        stubs = os.path.join(cls.tmp, "stubs")
-        os.makedirs(stubs)
-        subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + ARGS.proto_dir,
-                        "--python_out=" + stubs, "--grpc_python_out=" + stubs,
-                        "inference/grpc_service.proto"], check=True, timeout=60)
-        sys.path.insert(0, stubs)
+        compile_stubs(ARGS.proto_dir, cls.tmp, protos=("inference/grpc_service.proto",))
         global kpb, kgrpc
         from inference import grpc_service_pb2 as kpb, grpc_service_pb2_grpc as kgrpc
 

@@ -30,23 +30,25 @@ def free_port():
 
 
 
-def compile_stubs(proto_dir, tmp, health_package=None):
-    """Compiles metalserve/v1/inference.proto from `proto_dir` into TMP/stubs
+def compile_stubs(proto_dir, tmp, health_package=None,
+                  protos=("metalserve/v1/inference.proto",)):
+    """Compiles `protos` (default metalserve/v1/inference.proto; e.g. also
+    KServe's inference/grpc_service.proto) from `proto_dir` into TMP/stubs
     with grpc_tools and puts that folder first on sys.path. With
     `health_package`, grpc/health/v1/health.proto too, as that top-level
     package: a module named grpc.health would be shadowed by the grpc package
     itself."""
     out = os.path.join(tmp, "stubs")
     os.makedirs(out)
-    protos = [(proto_dir, "metalserve/v1/inference.proto")]
+    jobs = [(proto_dir, list(protos))]
     if health_package:
         health_dir = os.path.join(tmp, "protos", health_package)
         os.makedirs(health_dir)
         shutil.copy(os.path.join(proto_dir, "grpc/health/v1/health.proto"), health_dir)
-        protos.append((os.path.join(tmp, "protos"), health_package + "/health.proto"))
-    for include, proto in protos:
+        jobs.append((os.path.join(tmp, "protos"), [health_package + "/health.proto"]))
+    for include, files in jobs:
         subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + include,
-                        "--python_out=" + out, "--grpc_python_out=" + out, proto],
+                        "--python_out=" + out, "--grpc_python_out=" + out] + files,
                        check=True, timeout=60)
     sys.path.insert(0, out)
 
