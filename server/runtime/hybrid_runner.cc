@@ -18,24 +18,19 @@ namespace {
 constexpr double kRefine = 0.2;  // weight of an observed batch in its size's cost
 
 // Seeded inputs for `info`'s signature at `rows` rows: floating inputs in
-// [0, 1), integers small and non-negative, so that any model's embedding or
-// index input stays in range.
+// [0, 1), integers and bools 0, so that any model's embedding or index
+// input stays in range.
 std::vector<Tensor> ProbeTensors(const ModelInfo& info, int64_t rows) {
   std::vector<Tensor> inputs;
   uint32_t state = 12345;
   for (const TensorSpec& spec : info.inputs) {
-    Tensor t;
-    t.name = spec.name;
-    t.dtype = spec.dtype;
-    t.shape = spec.shape;
-    t.shape[0] = rows;
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    t.data.assign(static_cast<size_t>(n * ItemSize(t.dtype)), '\0');
+    Tensor t = ZerosOf(spec, rows);  // other variable dimensions count 1
+    const int64_t item = ItemSize(t.dtype);
+    const int64_t n = item > 0 ? static_cast<int64_t>(t.data.size()) / item : 0;
     for (int64_t i = 0; i < n; ++i) {
       state = state * 1664525u + 1013904223u;
       const float u = static_cast<float>(state >> 8) / static_cast<float>(1u << 24);
-      char* p = t.data.data() + i * ItemSize(t.dtype);
+      char* p = t.data.data() + i * item;
       if (t.dtype == DType::kFloat32) {
         std::memcpy(p, &u, sizeof u);
       } else if (t.dtype == DType::kFloat16) {

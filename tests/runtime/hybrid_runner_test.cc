@@ -78,12 +78,13 @@ TEST(DevicePickerTest, NeedsTwoDevicesWithCosts) {
 // timings, counting its batches.
 class ScaleRunner : public Runner {
  public:
-  ScaleRunner(std::string device, float scale, std::vector<WarmupTiming> timings)
+  ScaleRunner(std::string device, float scale, std::vector<WarmupTiming> timings,
+              std::vector<int64_t> shape = {-1, 4})
       : scale_(scale) {
     info_.name = "m";
     info_.device = std::move(device);
-    info_.inputs = {{"x", DType::kFloat32, {-1, 4}}};
-    info_.outputs = {{"y", DType::kFloat32, {-1, 4}}};
+    info_.inputs = {{"x", DType::kFloat32, shape}};
+    info_.outputs = {{"y", DType::kFloat32, shape}};
     info_.warmup_timings = std::move(timings);
   }
   const ModelInfo& info() const override { return info_; }
@@ -171,6 +172,15 @@ TEST(HybridRunnerTest, ALoadFailureNamesItsDeviceAndADuplicateIsRefused) {
                        HasSubstr("hybrid device mps: MPS probe failed")));
   EXPECT_THAT(HybridRunner::Create({"cpu", "cpu"}, failing, {1}, 1e-3, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("listed twice")));
+}
+
+TEST(HybridRunnerTest, AgreementProbeGivesOtherVariableDimensionsOneElement) {
+  // A sequence model: [batch, steps, 4] with steps variable too.
+  HybridRunner::Maker make = [](const std::string& d) -> absl::StatusOr<std::unique_ptr<Runner>> {
+    return std::unique_ptr<Runner>(new ScaleRunner(d, 1, {{1, Ms(1)}}, {-1, -1, 4}));
+  };
+  EXPECT_THAT(HybridRunner::Create({"cuda:0", "cpu"}, make, {1, 8}, 1e-3, nullptr).status(),
+              IsOk());
 }
 
 TEST(CompareOutputsTest, FloatsWithinToleranceOfTheScaleAgreeOthersMustBeEqual) {
