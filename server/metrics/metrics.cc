@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -98,6 +99,7 @@ class MetricsImpl final : public Metrics {
   std::unique_ptr<ModelMetrics> ForModel(absl::string_view model, absl::string_view version,
                                          int64_t queue_capacity_rows) override;
   void SetMemory(const MemoryFigures& memory) override;
+  void ForgetDeviceMemory(absl::string_view device) override;
   void CacheCleared(absl::string_view trigger,
                     absl::Duration duration) override;
   void SetModelTimes(absl::Duration load, absl::Duration warmup) override;
@@ -167,9 +169,13 @@ class MetricsImpl final : public Metrics {
 
   // Guards the series that come and go: memory figures and build info.
   absl::Mutex slow_mu_;
-  Gauge* allocated_ ABSL_GUARDED_BY(slow_mu_) = nullptr;
-  Gauge* reserved_ ABSL_GUARDED_BY(slow_mu_) = nullptr;
-  Gauge* limit_ ABSL_GUARDED_BY(slow_mu_) = nullptr;
+  struct DeviceMemorySeries {
+    Gauge* allocated = nullptr;
+    Gauge* reserved = nullptr;
+    Gauge* limit = nullptr;
+  };
+  absl::flat_hash_map<std::string, DeviceMemorySeries> device_memory_
+      ABSL_GUARDED_BY(slow_mu_);
   Gauge* resident_ ABSL_GUARDED_BY(slow_mu_) = nullptr;
   Gauge* build_info_ ABSL_GUARDED_BY(slow_mu_) = nullptr;
   std::vector<Gauge*> model_states_ ABSL_GUARDED_BY(slow_mu_);
@@ -345,13 +351,27 @@ void MetricsImpl::SetOptionalGauge(Family<Gauge>& family, Gauge*& child,
 
 void MetricsImpl::SetMemory(const MemoryFigures& memory) {
   absl::MutexLock lock(&slow_mu_);
-  SetOptionalGauge(runtime_.device_memory, allocated_, {{"kind", "allocated"}},
-                   memory.allocated_bytes);
-  SetOptionalGauge(runtime_.device_memory, reserved_, {{"kind", "reserved"}},
-                   memory.reserved_bytes);
-  SetOptionalGauge(runtime_.device_memory, limit_, {{"kind", "limit"}},
-                   memory.limit_bytes);
+  DeviceMemorySeries& d = device_memory_[memory.device];
+  SetOptionalGauge(runtime_.device_memory, d.allocated,
+                   {{"device", memory.device}, {"kind", "allocated"}}, memory.allocated_bytes);
+  SetOptionalGauge(runtime_.device_memory, d.reserved,
+                   {{"device", memory.device}, {"kind", "reserved"}}, memory.reserved_bytes);
+  SetOptionalGauge(runtime_.device_memory, d.limit,
+                   {{"device", memory.device}, {"kind", "limit"}}, memory.limit_bytes);
+  if (d.allocated == nullptr && d.reserved == nullptr && d.limit == nullptr) {
+    device_memory_.erase(memory.device);
+  }
   SetOptionalGauge(runtime_.resident, resident_, {}, memory.resident_bytes);
+}
+
+void MetricsImpl::ForgetDeviceMemory(absl::string_view device) {
+  absl::MutexLock lock(&slow_mu_);
+  auto it = device_memory_.find(device);
+  if (it == device_memory_.end()) return;
+  for (Gauge* g : {it->second.allocated, it->second.reserved, it->second.limit}) {
+    if (g != nullptr) runtime_.device_memory.Remove(g);
+  }
+  device_memory_.erase(it);
 }
 
 void MetricsImpl::CacheCleared(absl::string_view trigger,

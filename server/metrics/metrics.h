@@ -32,7 +32,8 @@
 //   unread_responses_cut_total,            counters: calls cut off because
 //   unread_response_bytes_cut_total        their client did not read the answer
 //                                          (unread_response_guard.h), and its bytes
-//   device_memory_bytes{kind}              gauge: allocated | reserved | limit
+//   device_memory_bytes{device,kind}       gauge: allocated | reserved | limit,
+//                                          per device a loaded model is on
 //   process_resident_memory_bytes          gauge
 //   cache_clears_total{trigger}            counter
 //   cache_clear_duration_seconds{trigger}  histogram
@@ -135,6 +136,9 @@ struct MemoryFigures {
   int64_t reserved_bytes = -1;
   int64_t limit_bytes = -1;
   int64_t resident_bytes = -1;
+  // The device the first three are of ("cuda:0", "mps", "cpu"): their
+  // `device` label. The resident set is the process's.
+  std::string device;
 };
 
 // The series of one loaded model version ([model] families above), as its
@@ -212,8 +216,14 @@ class Metrics {
                                                  int64_t queue_capacity_rows) = 0;
 
   // --- runtime ------------------------------------------------------------
-  // A figure of -1 removes its series until a later call reports it.
+  // A figure of -1 removes its series until a later call reports it. The
+  // device figures are kept per MemoryFigures::device: memory belongs to the
+  // device, which every model on it shares.
   virtual void SetMemory(const MemoryFigures& memory) = 0;
+  // Removes `device`'s memory series: a version on it was freed, so the
+  // figures it reported are stale (the freed memory went back to the
+  // device). A model still on the device reports again from its idle loop.
+  virtual void ForgetDeviceMemory(absl::string_view device) = 0;
   // `trigger`: "every_n", "interval", "watermark", "oom".
   virtual void CacheCleared(absl::string_view trigger,
                             absl::Duration duration) = 0;

@@ -150,6 +150,7 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::CreateFromPackage(
   auto runner = std::unique_ptr<TorchRunner>(new TorchRunner());
   runner->clock_ = clock;
   RETURN_IF_ERROR(runner->SetUp(o));
+  const int64_t reserved_before = runner->ReservedBytes();
   const std::string sig_path = o.signature_path.empty() ? ModelStem(o.model_path) + ".json"
                                                         : o.signature_path;
   absl::StatusOr<ModelSignature> declared = o.signature_codec.read(sig_path);
@@ -168,6 +169,7 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::CreateFromPackage(
   RETURN_IF_ERROR(status);
   runner->info_.warmup_time = clock->TimeNow() - warm;
   ReportPhase(o, "warmup", runner->info_.warmup_time);
+  runner->RecordLoadMemory(reserved_before);
   runner->LogReady();
   return std::unique_ptr<Runner>(std::move(runner));
 }

@@ -102,6 +102,13 @@ struct ModelInfo {
   absl::Duration warmup_time;
   std::vector<WarmupTiming> warmup_timings;  // one per warm-up batch size
   DeviceChoiceInfo device_choice;            // set by CreateTorchRunner
+  // How much the device's reserved memory (CUDA's caching allocator, MPS's
+  // driver allocation) grew from before the load to after the warm-up:
+  // weights, the verifier's copies and the largest warm-up batch's
+  // activations still cached. -1 where the device reports none (CPU: the
+  // caller measures the resident set instead). Device-global: a load on a
+  // device that other models use at the same time counts their growth too.
+  int64_t load_reserved_bytes = -1;
 };
 
 // Memory figures of the device and the process. Fields a device cannot report

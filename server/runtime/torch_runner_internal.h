@@ -76,6 +76,10 @@ class TorchRunner final : public Runner {
   }
   absl::Status SetUp(const RuntimeOptions& options);
   void LogReady() const;
+  // The device's reserved bytes now (-1 on the CPU), for
+  // ModelInfo::load_reserved_bytes; and that field from `before`.
+  int64_t ReservedBytes() const;
+  void RecordLoadMemory(int64_t before);
 
   // Load phases, each logged with its duration as it happens; all run on the
   // device thread.

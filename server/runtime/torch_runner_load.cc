@@ -144,6 +144,7 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
   auto runner = std::unique_ptr<TorchRunner>(new TorchRunner());
   runner->clock_ = clock;
   RETURN_IF_ERROR(runner->SetUp(options));
+  const int64_t reserved_before = runner->ReservedBytes();
   ASSIGN_OR_RETURN(const Level level, ParseLevel(options.optimize, *runner->device_));
   const std::string sig_path = options.signature_path.empty()
                                    ? DefaultSignaturePath(options.model_path)
@@ -162,6 +163,7 @@ absl::StatusOr<std::unique_ptr<Runner>> TorchRunner::Create(
   RETURN_IF_ERROR(status);
   runner->info_.warmup_time = clock->TimeNow() - warm;
   ReportPhase(options, "warmup", runner->info_.warmup_time);
+  runner->RecordLoadMemory(reserved_before);
   runner->LogReady();
   return std::unique_ptr<Runner>(std::move(runner));
 }
@@ -212,6 +214,13 @@ void TorchRunner::LogReady() const {
             << " (" << info_.optimization_reason
             << "), load_ms=" << absl::ToInt64Milliseconds(info_.load_time)
             << " warmup_ms=" << absl::ToInt64Milliseconds(info_.warmup_time);
+}
+
+int64_t TorchRunner::ReservedBytes() const { return device_->Stats().reserved_bytes; }
+
+void TorchRunner::RecordLoadMemory(int64_t before) {
+  const int64_t after = ReservedBytes();
+  info_.load_reserved_bytes = before >= 0 && after >= 0 ? std::max<int64_t>(after - before, 0) : -1;
 }
 
 // Loads on CPU, moves to the device, binds the signature, optimizes and

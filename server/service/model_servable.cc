@@ -16,6 +16,7 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
   std::unique_ptr<ModelServable> s(new ModelServable(std::move(runner)));
   Runner* r = s->runner_.get();
   Metrics* metrics = options.metrics;
+  s->process_metrics_ = metrics;
   if (metrics != nullptr) {
     s->metrics_ = metrics->ForModel(r->info().name, r->info().version,
                                     options.batching.max_queue_size);
@@ -41,7 +42,7 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
     if (metrics != nullptr) {
       const MemoryStats m = r->Memory();
       metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes,
-                          m.resident_bytes});
+                          m.resident_bytes, r->info().device});
     }
   };
   BatcherOptions batching = options.batching;
@@ -60,8 +61,12 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
 
 ModelServable::~ModelServable() {
   Drain();
-  batcher_.reset();
+  batcher_.reset();  // no idle call reports memory after this
   executor_.reset();
+  // What this version reported of its device is stale once it is freed (the
+  // runner's destructor gives its memory back to the device); models still
+  // on the device report again from their idle loops.
+  if (process_metrics_ != nullptr) process_metrics_->ForgetDeviceMemory(runner_->info().device);
 }
 
 void ModelServable::Drain() {

@@ -82,6 +82,9 @@ class ModelServable final : public Servable {
   // Declared first, destroyed last: the executor and batcher record into it
   // until they are gone; its destruction removes the version's series.
   std::unique_ptr<ModelMetrics> metrics_;
+  // The process's metrics (not owned; null without): the device's memory
+  // series are dropped when this version goes (Metrics::ForgetDeviceMemory).
+  Metrics* process_metrics_ = nullptr;
   std::shared_ptr<Runner> runner_;
   KServeStatistics stats_;
   std::unique_ptr<BatchExecutor> executor_;  // uses runner_

@@ -21,8 +21,12 @@
 // be passed. After the load the figure becomes what the load measured: on
 // CPU the growth of the process's resident set, but never less than the
 // file-size estimate (RSS growth hides pages that the allocator reused from
-// an earlier free); on other devices the reservation stays. Both are logged. The figure is given back when the servable is
-// destroyed (its last handle released).
+// an earlier free); on an accelerator the growth of the device's reserved
+// memory over the load and warm-up (ModelInfo::load_reserved_bytes), again
+// never less than the estimate; where neither was measured the reservation
+// stays. Both are logged. The figure is given back when the servable is
+// destroyed (its last handle released); the runner's destructor then empties
+// the device's cache, so the memory goes back to the device as well.
 //
 // Metrics: every Load is counted in model_loads_total{model,outcome}.
 //

@@ -161,15 +161,16 @@ TEST(MetricsTest, UnknownMethodGetsItsOwnSeriesWithAllCodes) {
 TEST(MetricsTest, MemoryFiguresAppearOnlyWhenReported) {
   auto metrics = MakeMetrics();
   MemoryFigures memory;
+  memory.device = "cuda:0";
   memory.allocated_bytes = 1000;
   memory.limit_bytes = 4000;
   metrics->SetMemory(memory);
   std::string s = metrics->Scrape();
-  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="allocated"})"),
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="cuda:0",kind="allocated"})"),
               Optional(Eq(1000)));
-  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="limit"})"),
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="cuda:0",kind="limit"})"),
               Optional(Eq(4000)));
-  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="reserved"})"),
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="cuda:0",kind="reserved"})"),
               Eq(std::nullopt));
   EXPECT_THAT(Sample(s, "metalserve_process_resident_memory_bytes"),
               Eq(std::nullopt));
@@ -179,12 +180,38 @@ TEST(MetricsTest, MemoryFiguresAppearOnlyWhenReported) {
   memory.resident_bytes = 5000;
   metrics->SetMemory(memory);
   s = metrics->Scrape();
-  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="allocated"})"),
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="cuda:0",kind="allocated"})"),
               Eq(std::nullopt));
-  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{kind="reserved"})"),
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="cuda:0",kind="reserved"})"),
               Optional(Eq(2000)));
   EXPECT_THAT(Sample(s, "metalserve_process_resident_memory_bytes"),
               Optional(Eq(5000)));
+}
+
+TEST(MetricsTest, MemoryFiguresAreKeptPerDeviceAndForgottenOneDeviceAtATime) {
+  auto metrics = MakeMetrics();
+  metrics->SetMemory({.allocated_bytes = 100, .reserved_bytes = 200, .device = "cuda:0"});
+  metrics->SetMemory({.allocated_bytes = 7, .device = "mps"});
+  std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="cuda:0",kind="reserved"})"),
+              Optional(Eq(200)));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="mps",kind="allocated"})"),
+              Optional(Eq(7)));
+
+  metrics->ForgetDeviceMemory("cuda:0");
+  s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="cuda:0",kind="reserved"})"),
+              Eq(std::nullopt));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="cuda:0",kind="allocated"})"),
+              Eq(std::nullopt));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_memory_bytes{device="mps",kind="allocated"})"),
+              Optional(Eq(7)));
+  // Reported again: back.
+  metrics->SetMemory({.reserved_bytes = 50, .device = "cuda:0"});
+  EXPECT_THAT(Sample(metrics->Scrape(),
+                     R"(metalserve_device_memory_bytes{device="cuda:0",kind="reserved"})"),
+              Optional(Eq(50)));
+  metrics->ForgetDeviceMemory("not-a-device");  // nothing to forget: no effect
 }
 
 TEST(MetricsTest, RecordsEachLoadPhaseByName) {

@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
   m.SetMemory({.allocated_bytes = 1 << 20,
                .reserved_bytes = 2 << 20,
                .limit_bytes = 8 << 20,
-               .resident_bytes = 64 << 20});
+               .resident_bytes = 64 << 20,
+               .device = "cuda:0"});
   m.CacheCleared("interval", absl::Milliseconds(3));
   m.SetModelTimes(absl::Milliseconds(900), absl::Milliseconds(120));
   m.SetBuildInfo("0.1.0", "1.13.0", "cpu", "tiny_cnn");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -24,13 +25,15 @@ namespace metalserve {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // A FakeRunner the test can reach after the manager owns it; counts how many
 // are alive.
 class TrackedRunner final : public Runner {
  public:
-  TrackedRunner(FakeRunner* fake, std::atomic<int>* alive) : fake_(fake), alive_(alive) {
+  TrackedRunner(FakeRunner* fake, std::atomic<int>* alive, const std::atomic<int64_t>* reserved = nullptr)
+      : fake_(fake), alive_(alive), reserved_(reserved) {
     alive_->fetch_add(1);
   }
   ~TrackedRunner() override { alive_->fetch_sub(1); }
@@ -38,13 +41,18 @@ class TrackedRunner final : public Runner {
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& in) override {
     return fake_->Run(in);
   }
-  MemoryStats Memory() override { return {}; }
+  MemoryStats Memory() override {
+    MemoryStats m;
+    if (reserved_ != nullptr) m.reserved_bytes = reserved_->load();
+    return m;
+  }
   void BetweenBatches(bool) override {}
   ModelInfo info_;
 
  private:
   FakeRunner* const fake_;
   std::atomic<int>* const alive_;
+  const std::atomic<int64_t>* const reserved_;  // the device figure Memory reports
 };
 
 class ModelServableTest : public ::testing::Test {
@@ -56,7 +64,7 @@ class ModelServableTest : public ::testing::Test {
     fo.batching.max_queue_delay = absl::ZeroDuration();
     fo.metrics = metrics_.get();
     fo.make_runner = [this](const RunnerSpec& spec) -> absl::StatusOr<std::unique_ptr<Runner>> {
-      auto r = std::make_unique<TrackedRunner>(&fake_, &alive_);
+      auto r = std::make_unique<TrackedRunner>(&fake_, &alive_, &reserved_);
       r->info_ = fake_.info();
       r->info_.name = spec.signature.name;
       r->info_.version = spec.signature.version;
@@ -100,6 +108,7 @@ class ModelServableTest : public ::testing::Test {
 
   FakeRunner fake_;
   std::atomic<int> alive_{0};
+  std::atomic<int64_t> reserved_{-1};  // what every runner reports as reserved
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<ModelServableFactory> factory_;
   std::unique_ptr<ModelManager> manager_;
@@ -176,6 +185,26 @@ TEST_F(ModelServableTest, RequestAdmittedBeforeUnloadFinishesOnItsVersion) {
   EXPECT_EQ(alive_.load(), 1);
 }
 
+// The device's memory series come from the models on it (their idle loops)
+// and go when the last version on it is freed: after an unload the figure a
+// freed version reported is not left standing.
+TEST_F(ModelServableTest, DeviceMemorySeriesGoWhenTheVersionsOnTheDeviceAreFreed) {
+  constexpr char kSeries[] = R"(metalserve_device_memory_bytes{device="cpu",kind="reserved"} 123)";
+  reserved_ = 123;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!absl::StrContains(metrics_->Scrape(), kSeries) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // an idle loop ticks every second
+  }
+  ASSERT_THAT(metrics_->Scrape(), HasSubstr(kSeries));
+  // Still reporting 123 while they unload: without the release dropping the
+  // series, the freed versions' last figure would stay.
+  ASSERT_TRUE(manager_->Unload("a").ok());
+  ASSERT_TRUE(manager_->Unload("b").ok());
+  ASSERT_TRUE(manager_->WaitUntilReleased("a", absl::Seconds(10)));
+  ASSERT_TRUE(manager_->WaitUntilReleased("b", absl::Seconds(10)));
+  EXPECT_THAT(metrics_->Scrape(), Not(HasSubstr("metalserve_device_memory_bytes{device=\"cpu\"")));
+}
+
 }  // namespace
 }  // namespace metalserve
 
@@ -183,6 +212,54 @@ namespace metalserve {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Memory admission on an accelerator: the budget keeps what the runner
+// measured on the device (its reserved memory's growth over load and
+// warm-up), not the file-size estimate, and gives it back when the version
+// is freed. Without the measurement (-1) the estimate stays.
+TEST(MemoryBudgetFactoryTest, AcceleratorLoadCountsTheDeviceMemoryTheRunnerMeasured) {
+  constexpr int64_t kMiB = 1 << 20;
+  FakeRunner fake;
+  std::atomic<int> alive{0};
+  int64_t reported = 300 * kMiB;
+  std::unique_ptr<MemoryBudget> budget = *MemoryBudget::Create({.budget_bytes = 1024 * kMiB});
+  ModelServableFactory::Options fo;
+  fo.batching.max_batch_size = 4;
+  fo.batching.max_queue_delay = absl::ZeroDuration();
+  fo.memory_budget = budget.get();
+  fo.device = "cuda";
+  fo.make_runner = [&](const RunnerSpec& spec) -> absl::StatusOr<std::unique_ptr<Runner>> {
+    auto r = std::make_unique<TrackedRunner>(&fake, &alive);
+    r->info_ = fake.info();
+    r->info_.name = spec.signature.name;
+    r->info_.version = spec.signature.version;
+    r->info_.device = "cuda:0";
+    r->info_.load_reserved_bytes = reported;
+    return std::unique_ptr<Runner>(std::move(r));
+  };
+  std::unique_ptr<ModelServableFactory> factory = *ModelServableFactory::Create(fo);
+  auto config = std::make_shared<RepositoryModelConfig>();
+  config->signature.inputs = fake.info().inputs;
+  config->signature.outputs = fake.info().outputs;
+  const LoadSpec spec{.id = {"m", 1}, .model_path = "/repo/m/1/model.pt", .config = config};
+
+  absl::StatusOr<std::unique_ptr<Servable>> measured = factory->Load(spec);
+  ASSERT_TRUE(measured.ok()) << measured.status();
+  EXPECT_EQ(budget->Used("cuda"), 300 * kMiB);
+  measured->reset();
+  EXPECT_EQ(budget->Used("cuda"), 0);
+
+  // No device figure: the file-size estimate (far below 300 MiB for a file
+  // that is not there) is what stays counted.
+  reported = -1;
+  budget = *MemoryBudget::Create({.budget_bytes = 1024 * kMiB});
+  fo.memory_budget = budget.get();
+  factory = *ModelServableFactory::Create(fo);
+  absl::StatusOr<std::unique_ptr<Servable>> estimated = factory->Load(spec);
+  ASSERT_TRUE(estimated.ok()) << estimated.status();
+  EXPECT_GT(budget->Used("cuda"), 0);
+  EXPECT_LT(budget->Used("cuda"), 300 * kMiB);
+}
 
 TEST(BatchingForTest, ModelSettingsOverrideTheFlagsAndKeepTheRest) {
   BatcherOptions flags;
