@@ -53,13 +53,16 @@ class StandInTest(unittest.TestCase):
 
     def test_tiny_run_counts_every_batch_on_one_of_two_cpu_runners(self):
         with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run(
+            # TMPDIR: the server logs' folder, removed with tmp.
+            p = subprocess.run(
                 [sys.executable, os.path.join(ROOT, "bench", "hybrid.py"),
                  f"--build={ARGS.build}", "--models=tiny_cnn", "--accel=cpu",
                  "--levels=1,4", "--duration=0.3", "--warmup=0.1", "--threads=1",
                  "--connections=1", "--host_label=test", f"--out={tmp}",
                  "--server_args=--cache_dir=none"],
-                check=True, timeout=120, stdout=subprocess.DEVNULL)
+                timeout=120, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                universal_newlines=True, env=dict(os.environ, TMPDIR=tmp))
+            self.assertEqual(p.returncode, 0, p.stdout[-4000:])
             path = next(os.path.join(tmp, n) for n in os.listdir(tmp) if n.endswith(".json"))
             with open(path) as f:
                 r = json.load(f)
