@@ -396,14 +396,15 @@ def plot(r, out):
     fig, axes = plt.subplots(2, len(models), figsize=(3.6 * len(models) + 1, 6.5),
                              squeeze=False)
     styles = {"accel": "o-", "cpu": "s--", "hybrid": "^-"}
+    colors = {"accel": "C0", "cpu": "C1", "hybrid": "C2"}  # the same in every plot
     for j, model in enumerate(models):
         for mode, x in r["models"][model]["modes"].items():
             cs = [l["concurrency"] for l in x["levels"]]
             label = x["flags"].lstrip("-")
             axes[0][j].plot(cs, [l["requests_per_s"] for l in x["levels"]], styles[mode],
-                            label=label)
+                            color=colors[mode], label=label)
             axes[1][j].plot(cs, [l["latency_us"]["p99"] / 1e3 for l in x["levels"]],
-                            styles[mode], label=label)
+                            styles[mode], color=colors[mode], label=label)
         axes[0][j].set_title(model, fontsize=9)
         for i, what in enumerate(("throughput (req/s)", "p99 latency (ms)")):
             ax = axes[i][j]
