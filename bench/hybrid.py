@@ -204,30 +204,34 @@ def run_mode(a, model, model_path, mode, flags, logs):
 
 
 def summarize(models):
-    """Per model and level: the hybrid against the better device alone."""
+    """Per model and level: the hybrid against the better device alone
+    (levels matched by concurrency; a mode that failed has none)."""
     summary = {}
     for model, m in models.items():
         modes = m.get("modes", {})
-        if "hybrid" not in modes:
+        if not modes.get("hybrid", {}).get("levels"):
             continue
-        alone = [k for k in ("accel", "cpu") if k in modes]
         rows = []
-        for i, h in enumerate(modes["hybrid"]["levels"]):
+        for h in modes["hybrid"]["levels"]:
             row = {"concurrency": h["concurrency"], "hybrid_requests_per_s": h["requests_per_s"],
                    "hybrid_p99_us": h["latency_us"]["p99"]}
             best = None
-            for k in alone:
-                r = modes[k]["levels"][i]
+            for k in ("accel", "cpu"):
+                same = [r for r in modes.get(k, {}).get("levels", [])
+                        if r["concurrency"] == h["concurrency"]]
+                if not same:
+                    continue
+                r = same[0]
                 row[f"{k}_requests_per_s"] = r["requests_per_s"]
                 row[f"hybrid_over_{k}"] = round(h["requests_per_s"] / r["requests_per_s"], 3)
-                if best is None or r["requests_per_s"] > modes[best]["levels"][i]["requests_per_s"]:
-                    best = k
+                if best is None or r["requests_per_s"] > best[1]["requests_per_s"]:
+                    best = (k, r)
             if best:
-                b = modes[best]["levels"][i]
-                row["best_alone"] = best
-                row["hybrid_over_best_alone"] = round(h["requests_per_s"] / b["requests_per_s"], 3)
+                row["best_alone"] = best[0]
+                row["hybrid_over_best_alone"] = round(
+                    h["requests_per_s"] / best[1]["requests_per_s"], 3)
                 row["hybrid_p99_over_best_alone"] = round(
-                    h["latency_us"]["p99"] / b["latency_us"]["p99"], 3)
+                    h["latency_us"]["p99"] / best[1]["latency_us"]["p99"], 3)
             rows.append(row)
         summary[model] = rows
     return summary
@@ -267,6 +271,16 @@ def measure(a):
               "bench_args": a.bench_args,
               "load_average_at_start": list(os.getloadavg()), "skipped": [], "models": {}}
     logs = tempfile.mkdtemp(prefix="metalserve_hybrid_")
+    os.makedirs(a.out, exist_ok=True)
+    name = f"{a.host_label}-{date}-hybrid{'-' + a.tag if a.tag else ''}.json"
+    out = os.path.join(a.out, name)
+
+    def save():  # after every model, so a run cut short keeps what it measured
+        result["load_average_at_end"] = list(os.getloadavg())
+        result["summary"] = summarize(result["models"])
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+
     for model in a.models.split(","):
         path = os.path.join(models_dir, model + ".pt")
         if not os.path.isfile(path):
@@ -275,23 +289,24 @@ def measure(a):
             print("skipped " + why, file=sys.stderr)
             result["skipped"].append(why)
             continue
-        modes = {}
+        modes = result["models"].setdefault(model, {"modes": {}})["modes"]
         for mode in a.modes.split(","):
             flags, why = mode_flags(a, mode)
             if flags is None:
                 print(f"{model} {mode}: skipped: {why}", file=sys.stderr)
                 result["skipped"].append(f"{model} {mode}: {why}")
                 continue
-            modes[mode] = run_mode(a, model, path, mode, flags, logs)
+            try:
+                modes[mode] = run_mode(a, model, path, mode, flags, logs)
+            except (AssertionError, SystemExit, subprocess.SubprocessError, ValueError) as e:
+                # A mode that fails (a device refused, outputs that disagree,
+                # a client error) is recorded and the others still run.
+                print(f"{model} {mode}: FAILED: {e}", file=sys.stderr)
+                modes[mode] = {"flags": " ".join(flags), "levels": [], "error": str(e)[-3000:]}
+                continue
             result.setdefault("torch_version", modes[mode]["torch_version"])
-        result["models"][model] = {"modes": modes}
-    result["load_average_at_end"] = list(os.getloadavg())
-    result["summary"] = summarize(result["models"])
-    os.makedirs(a.out, exist_ok=True)
-    name = f"{a.host_label}-{date}-hybrid{'-' + a.tag if a.tag else ''}.json"
-    out = os.path.join(a.out, name)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+        save()
+    save()
     print(f"wrote {out}; server logs in {logs}", file=sys.stderr)
     return out, result
 
@@ -383,6 +398,12 @@ def print_table(r):
             ratio = summary.get(c, {}).get("hybrid_over_best_alone")
             print(f"{model:20s} {c:>5}{cells} {split:>14} "
                   f"{'' if ratio is None else format(ratio, '.3f'):>8}")
+    for model, m in r["models"].items():
+        for mode, x in m["modes"].items():
+            if x.get("error"):
+                lines = x["error"].strip().splitlines()  # the server's error line, if any
+                why = next((l for l in lines if l.startswith("E")), lines[0])
+                print(f"FAILED: {model} {x['flags']}: {why}")
     for why in r.get("skipped", []):
         print(f"skipped: {why}")
 
