@@ -7,9 +7,14 @@ of 3 forwards, host copies included) and stopped. Several starts per model,
 because one start times each cell only 3 times and a shared machine's load
 moves a cell by several times; the median over the starts is kept.
 
-    bench/device_choice.py [--build build] [--models tiny_cnn,lstm_small]
+    bench/device_choice.py [--build build] [--models_dir BUILD/models]
+        [--models tiny_cnn,lstm_small,mobilenet_v3_small,resnet18,resnet50]
         [--runs 3] [--max_batch_size 32] [--threads 1] [--host_label vm]
         [--tag T] [--out build/bench-results]
+
+A model whose .pt is not in --models_dir is skipped with the command that
+exports it, and listed under "skipped" (resnet50 is exported only when
+named: models/export.py --only resnet50).
 
 Writes <out>/<host_label>-<date>-device_choice[-tag].json: the command,
 each model's parameter count, each start's device_choice and, per device
@@ -37,7 +42,7 @@ def device_choice(a, model, log):
     """One start of the server on `model`: its REST device_choice."""
     http_port = free_port()
     server = Process([os.path.join(a.build, "metalserve"),
-                      f"--model={os.path.join(a.build, 'models', model + '.pt')}",
+                      f"--model={os.path.join(a.models_dir, model + '.pt')}",
                       "--device=auto", f"--max_batch_size={a.max_batch_size}",
                       f"--threads={a.threads}", f"--address=127.0.0.1:{free_port()}",
                       f"--http_address=127.0.0.1:{http_port}", "--metrics_address=",
@@ -56,7 +61,7 @@ def device_choice(a, model, log):
 
 def parameters(a, model):
     import torch  # only here: the rest runs without torch
-    m = torch.jit.load(os.path.join(a.build, "models", model + ".pt"))
+    m = torch.jit.load(os.path.join(a.models_dir, model + ".pt"))
     return sum(p.numel() for p in m.parameters())
 
 
@@ -74,7 +79,9 @@ def summarize(runs):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", default="build")
-    p.add_argument("--models", default="tiny_cnn,lstm_small,mobilenet_v3_small,resnet18")
+    p.add_argument("--models_dir", default="", help="the .pt files (default BUILD/models)")
+    p.add_argument("--models",
+                   default="tiny_cnn,lstm_small,mobilenet_v3_small,resnet18,resnet50")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--max_batch_size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
@@ -82,14 +89,22 @@ def main():
     p.add_argument("--tag", default="")
     p.add_argument("--out", default=os.path.join("build", "bench-results"))
     a = p.parse_args()
+    a.models_dir = a.models_dir or os.path.join(a.build, "models")
     os.makedirs(a.out, exist_ok=True)
     date = datetime.date.today().isoformat()
     name = f"{a.host_label}-{date}-device_choice{'-' + a.tag if a.tag else ''}"
     result = {"command": " ".join(["bench/device_choice.py", *sys.argv[1:]]),
               "host_label": a.host_label, "date": date, "cpus": os.cpu_count(),
-              "load_average_at_start": list(os.getloadavg()), "models": {}}
+              "load_average_at_start": list(os.getloadavg()), "skipped": [], "models": {}}
     logs = tempfile.mkdtemp(prefix="metalserve_device_choice_")
     for model in a.models.split(","):
+        path = os.path.join(a.models_dir, model + ".pt")
+        if not os.path.isfile(path):
+            why = (f"{model}: {path} is missing (python3 models/export.py --out "
+                   f"{a.models_dir} --only {model})")
+            print("skipped " + why, flush=True)
+            result["skipped"].append(why)
+            continue
         runs = [device_choice(a, model, os.path.join(logs, f"{model}-{i}.log"))
                 for i in range(a.runs)]
         n = parameters(a, model)

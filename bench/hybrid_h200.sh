@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Issue 22's hybrid measurement on the GPU host (shared/gpu-host/README.md's
+# recipe: run from the repository root with .devtools/ and .devdeps/ in the
+# tree). Builds build-gpu (metalserve and metalserve-bench only), exports
+# tiny_cnn, lstm_small, mobilenet_v3_small and resnet50 beside it, then
+# measures with bench/hybrid.py: each model served --device=cuda,
+# --device=cpu and --devices=cuda,cpu, concurrency 1, 16 and 256.
+# JSON (h200-<date>-hybrid.json), PNG where matplotlib is installed (else
+# `bench/hybrid.py --from_json F` draws it elsewhere), the servers' logs
+# (logs/) and this log under $OUT (default /tmp/hybrid-out).
+#
+# Wall time, about 8 minutes: build ~3 min (the export runs beside it);
+# measuring ~5 min = 20 server starts (resnet50's hybrid ~25 s each, a
+# start per level) + 36 levels of ~4.5 s (--duration=3 --warmup=1).
+#   bash bench/hybrid_h200.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/hybrid-out}
+RES=${RES:-/tmp/hybrid-res}
+MODELS=${MODELS:-tiny_cnn,lstm_small,mobilenet_v3_small,resnet50}
+mkdir -p "$RES" "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+source .devtools/gpu-env.sh
+export PKG_CONFIG_PATH=/opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=/opt/deb
+g=$(ls /usr/lib/x86_64-linux-gnu/libgnutls.so.30* 2>/dev/null | head -1)
+ln -sf "$g" /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.so.30
+ln -sf "$g" /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.so
+rm -f /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.a
+printf "Name: gnutls\nDescription: host\nVersion: 3.7.9\nLibs: -lgnutls\nCflags:\n" \
+  > /opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+uptime
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+mkdir -p build-gpu/models
+# Waited for by pid: a bare `wait` also waits for the tee above.
+(python3 models/export.py --out build-gpu/models --only "$MODELS" > "$OUT/export.txt" 2>&1 ||
+   echo "export FAILED" >> "$OUT/export.txt") &
+export_pid=$!
+# The client without libcurl: the unpacked Debian libcurl does not link on
+# the host (docs/operations.md).
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF -DMETALSERVE_HTTP_CLIENT=OFF \
+  -DMETALSERVE_PYTHON="$(command -v python3)" $GPU_CMAKE_ARGS > "$OUT/cmake.txt" 2>&1 ||
+  { tail -30 "$OUT/cmake.txt"; wait "$export_pid"; echo "cmake failed: stopping"; exit 1; }
+cmake --build build-gpu -j16 --target metalserve metalserve-bench > "$OUT/build.txt" 2>&1 ||
+  { grep -E "error|Error" "$OUT/build.txt" | head -30; wait "$export_pid"; echo "build failed: stopping"; exit 1; }
+stamp "built"
+wait "$export_pid"
+stamp "exported"; tail -4 "$OUT/export.txt"
+# The server logs go to a temporary folder hybrid.py names; TMPDIR puts it under RES.
+mkdir -p "$RES/logs"
+TMPDIR="$RES/logs" python3 bench/hybrid.py --build=build-gpu --models="$MODELS" --threads=8 \
+  --duration=${DURATION:-3} --warmup=${WARMUP:-1} --host_label=h200 --out="$RES"
+echo "hybrid.py rc=$?"
+stamp "measured"
+uptime
+cp "$RES"/*.json "$RES"/*.png "$OUT"/ 2>/dev/null
+cp -r "$RES/logs" "$OUT"/ 2>/dev/null
+ls "$OUT"
