@@ -122,7 +122,9 @@ absl::StatusOr<DevicePicker> DevicePicker::Create(std::vector<Device> devices) {
 }
 
 DevicePicker::DevicePicker(std::vector<Device> devices)
-    : devices_(std::move(devices)), outstanding_(devices_.size(), absl::ZeroDuration()) {}
+    : devices_(std::move(devices)), outstanding_(devices_.size(), absl::ZeroDuration()) {
+  for (const Device& d : devices_) passed_over_.emplace_back(d.costs.size(), 0);
+}
 
 absl::Duration DevicePicker::Cost(int d, int64_t rows) const {
   const std::vector<WarmupTiming>& c = devices_[d].costs;
@@ -147,12 +149,28 @@ int DevicePicker::Pick(int64_t rows) const {
       best_finish = finish;
     }
   }
+  for (int d = 0; d < size(); ++d) {
+    if (d == best || outstanding_[d] > absl::ZeroDuration()) continue;
+    const std::vector<WarmupTiming>& c = devices_[d].costs;
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (c[i].batch_size == rows && passed_over_[d][i] >= kRecheckEvery &&
+          c[i].forward <= best_finish * kRecheckMaxRatio) {
+        return d;
+      }
+    }
+  }
   return best;
 }
 
 absl::Duration DevicePicker::Started(int d, int64_t rows) {
   const absl::Duration predicted = Cost(d, rows);
   outstanding_[d] += predicted;
+  for (int e = 0; e < size(); ++e) {
+    const std::vector<WarmupTiming>& c = devices_[e].costs;
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (c[i].batch_size == rows) passed_over_[e][i] = e == d ? 0 : passed_over_[e][i] + 1;
+    }
+  }
   return predicted;
 }
 

@@ -21,6 +21,17 @@
 // through (no clock: a running batch counts in full), which errs towards the
 // other device.
 //
+// Re-checking a passed-over device: a device's figure for a size is refined
+// only by batches it runs, so one that starts a little slower on paper (its
+// warm-up forward included first-run work) would never be chosen for that
+// size and never corrected. When a device has been passed over for
+// kRecheckEvery batches of a measured size in a row, is idle, and its
+// predicted cost is at most kRecheckMaxRatio times the chosen device's
+// finish, it gets that batch: at most one batch in kRecheckEvery of a size
+// pays up to kRecheckMaxRatio its best time, and a stale figure is
+// corrected (kRefine of the way per observation). A device predicted far
+// slower (the CPU for a large batch) is never re-checked.
+//
 // Why: the write-up this product grew out of found the CPU faster than MPS
 // for small models and batch 1, and the accelerator far faster for large
 // batches. With both resident, a lone request goes to whichever is faster
@@ -67,7 +78,11 @@ class DevicePicker {
   // costs.
   static absl::StatusOr<DevicePicker> Create(std::vector<Device> devices);
 
-  // The device index for a batch of `rows` rows (the rule above).
+  static constexpr int64_t kRecheckEvery = 50;
+  static constexpr double kRecheckMaxRatio = 2.0;
+
+  // The device index for a batch of `rows` rows (the rule above, re-checks
+  // included).
   int Pick(int64_t rows) const;
   // A batch of `rows` handed to device `d`: its predicted cost joins
   // outstanding(d). Returns that prediction, to give back to Finished.
@@ -84,6 +99,9 @@ class DevicePicker {
   explicit DevicePicker(std::vector<Device> devices);
   std::vector<Device> devices_;            // costs sorted by batch size
   std::vector<absl::Duration> outstanding_;
+  // Per device, per entry of costs: batches of exactly that size started on
+  // another device since this one last ran one.
+  std::vector<std::vector<int64_t>> passed_over_;
 };
 
 class HybridRunner : public Runner {

@@ -67,6 +67,48 @@ TEST(DevicePickerTest, ObservedBatchesRefineTheCostSoASlowedDeviceLosesItsShare)
   EXPECT_EQ(p->Pick(1), 0);
 }
 
+// Runs `n` batches of `rows` through the picker, each taking what `truth`
+// says for the device it went to; returns the batches per device.
+std::vector<int> RunBatches(DevicePicker& p, int n, int64_t rows,
+                            const std::vector<absl::Duration>& truth) {
+  std::vector<int> count(p.size(), 0);
+  for (int i = 0; i < n; ++i) {
+    const int d = p.Pick(rows);
+    const absl::Duration predicted = p.Started(d, rows);
+    p.Finished(d, rows, predicted, truth[d]);
+    ++count[d];
+  }
+  return count;
+}
+
+TEST(DevicePickerTest, APassedOverDeviceWhoseFigureIsStaleIsRecheckedAndThenWins) {
+  // Warm-up said cuda 1.0 ms, cpu 0.9 ms at batch 1; really cuda takes
+  // 0.2 ms. Without a re-check the cpu would take every batch.
+  auto p = DevicePicker::Create({{"cuda:0", {{1, Ms(1.0)}}}, {"cpu", {{1, Ms(0.9)}}}});
+  ASSERT_THAT(p.status(), IsOk());
+  const std::vector<absl::Duration> truth = {Ms(0.2), Ms(0.9)};
+  EXPECT_THAT(RunBatches(*p, DevicePicker::kRecheckEvery, 1, truth),
+              ElementsAre(0, DevicePicker::kRecheckEvery));
+  EXPECT_EQ(p->Pick(1), 0);  // the re-check
+  EXPECT_THAT(RunBatches(*p, 100, 1, truth), ElementsAre(100, 0));
+  EXPECT_LT(p->Cost(0, 1), Ms(0.9));
+}
+
+TEST(DevicePickerTest, ADeviceFarSlowerOrBusyIsNotRechecked) {
+  // cpu at 32 rows: 5 ms against cuda's 1 ms, beyond kRecheckMaxRatio.
+  auto p = DevicePicker::Create(AcceleratorAndCpu());
+  ASSERT_THAT(p.status(), IsOk());
+  EXPECT_THAT(RunBatches(*p, 200, 32, {Ms(1.0), Ms(5.0)}), ElementsAre(200, 0));
+  // Within the ratio but busy: no re-check while it runs something.
+  auto q = DevicePicker::Create({{"cuda:0", {{1, Ms(1.0)}}}, {"cpu", {{1, Ms(0.9)}}}});
+  ASSERT_THAT(q.status(), IsOk());
+  RunBatches(*q, DevicePicker::kRecheckEvery, 1, {Ms(1.0), Ms(0.9)});
+  const absl::Duration running = q->Started(0, 8);  // cuda busy with another size
+  EXPECT_EQ(q->Pick(1), 1);
+  q->Finished(0, 8, running, Ms(1.0));
+  EXPECT_EQ(q->Pick(1), 0);
+}
+
 TEST(DevicePickerTest, NeedsTwoDevicesWithCosts) {
   EXPECT_THAT(DevicePicker::Create({{"cpu", {{1, Ms(1)}}}}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("two or more")));
