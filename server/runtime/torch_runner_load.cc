@@ -282,7 +282,12 @@ absl::StatusOr<VerifiedGraph> TorchRunner::OptimizeOrReuse(const RuntimeOptions&
 // Warm-up: per size one forward untimed, because TorchScript's profiling
 // executor optimizes the graph on the runs after the first, then timed ones.
 // On the CPU with several intra-op threads, sizes are compared on one thread
-// and on all of them until all of them win (intra_op_threads.h).
+// and on all of them until all of them win (intra_op_threads.h). On an
+// accelerator the least of three timed forwards: the second forward there
+// still pays the optimized graph's first run (fusion compiles, kernel
+// selection), which made mobilenet_v3_small's batch-1 figure on the H200
+// look slower than the CPU's, and the hybrid picker (hybrid_runner.h) and
+// the adaptive batcher's cost curve start from these figures.
 absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
   const int n = device_->device().is_cpu() ? CurrentIntraOpThreads() : 0;
   LOG(INFO) << "runtime: warming up batch sizes [" << absl::StrJoin(batch_sizes, ",") << "]"
@@ -295,7 +300,8 @@ absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
   for (int64_t b : sizes) {
     const absl::Time start = clock_->TimeNow();
     const bool compare = n > 1 && !parallel_won;
-    ASSIGN_OR_RETURN(const absl::Duration at_n, TimeWarmUpForwards(b, compare ? 3 : 1));
+    const int timed = compare || !device_->device().is_cpu() ? 3 : 1;
+    ASSIGN_OR_RETURN(const absl::Duration at_n, TimeWarmUpForwards(b, timed));
     WarmupTiming timing{b, at_n, n};
     if (compare) {
       SetIntraOpThreads(1);
