@@ -403,6 +403,9 @@ void LogStart(const std::string& version, const metalserve::RuntimeOptions& ro,
             << "] max_queue_size=" << so.batching.max_queue_size
             << " max_request_rows=" << so.batching.MaxRequestRows()
             << " priority_levels=" << so.batching.priority_levels
+            << " priority_lower_batch_cost="
+            << absl::FormatDuration(so.batching.priority_lower_batch_cost)
+            << " priority_fill_cost_ratio=" << so.batching.priority_fill_cost_ratio
             << " latency_target=" << absl::FormatDuration(so.batching.latency_target)
             << " executors=" << so.batching.num_executors
             << " address=" << so.address << " http_address=" << so.http.address

@@ -33,6 +33,18 @@ ABSL_FLAG(std::vector<std::string>, priority_timeout, {},
 ABSL_FLAG(int, priority_share_every, 4,
           "Starvation bound: while lower priorities wait they head at least one batch in "
           "every N (>= 2)");
+ABSL_FLAG(absl::Duration, priority_lower_batch_cost, absl::ZeroDuration(),
+          "Priority isolation (e.g. 5ms); 0 = off. While a higher level is active "
+          "(--priority_active_window), a batch headed by a lower level is capped at the "
+          "largest allowed batch size whose measured device time is <= this, so a "
+          "higher-level request waits behind about this much lower-level work per batch");
+ABSL_FLAG(double, priority_fill_cost_ratio, 0,
+          "Priority isolation (e.g. 1.5); 0 = off, else >= 1. Lower-level rows fill a "
+          "batch headed by a higher level only while its estimated cost stays <= this "
+          "many times the cost of the higher level's rows alone");
+ABSL_FLAG(absl::Duration, priority_active_window, absl::Seconds(1),
+          "A level counts as active for --priority_lower_batch_cost this long after one "
+          "of its requests was admitted (> 0)");
 ABSL_FLAG(int64_t, max_request_rows, 0,
           "Most rows one request may have; one of more than --max_batch_size rows is "
           "split into batches and reassembled. 0 = --max_queue_size");
@@ -68,6 +80,9 @@ void SchedulingFromFlags(BatcherOptions* b) {
   b->priority_timeouts =
       ParseDurations(absl::GetFlag(FLAGS_priority_timeout), "--priority_timeout");
   b->lower_priority_share_every = absl::GetFlag(FLAGS_priority_share_every);
+  b->priority_lower_batch_cost = absl::GetFlag(FLAGS_priority_lower_batch_cost);
+  b->priority_fill_cost_ratio = absl::GetFlag(FLAGS_priority_fill_cost_ratio);
+  b->priority_active_window = absl::GetFlag(FLAGS_priority_active_window);
 }
 
 }  // namespace metalserve

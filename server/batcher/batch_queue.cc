@@ -1,6 +1,7 @@
 #include "server/batcher/batch_queue.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -69,6 +70,23 @@ absl::Status ValidatePriorities(const BatcherOptions& o) {
           " is below the measured cost of a batch of ", smallest.rows, " (",
           absl::FormatDuration(smallest.cost), "): no request could meet it"));
     }
+  }
+  if (o.priority_lower_batch_cost < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "priority_lower_batch_cost must be >= 0 (0: off), got ",
+        absl::FormatDuration(o.priority_lower_batch_cost)));
+  }
+  // Written so that NaN fails too.
+  if (!(o.priority_fill_cost_ratio == 0 ||
+        (o.priority_fill_cost_ratio >= 1 && std::isfinite(o.priority_fill_cost_ratio)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "priority_fill_cost_ratio must be 0 (off) or a finite number >= 1, got ",
+        o.priority_fill_cost_ratio));
+  }
+  if (o.priority_active_window <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "priority_active_window must be > 0, got ",
+        absl::FormatDuration(o.priority_active_window)));
   }
   if (o.lower_priority_share_every < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -141,9 +159,13 @@ int64_t BatcherOptions::PaddedRows(int64_t rows) const {
 
 BatchQueue::BatchQueue(BatcherOptions options)
     : options_(std::move(options)),
-      level_rows_(static_cast<size_t>(std::max(options_.priority_levels, 1)), 0) {
+      level_rows_(static_cast<size_t>(std::max(options_.priority_levels, 1)), 0),
+      last_admitted_(level_rows_.size(), absl::InfinitePast()) {
+  // The cost curve is kept for every policy that reads it.
   if (options_.policy == BatchingPolicy::kAdaptive ||
-      options_.latency_target > absl::ZeroDuration()) {
+      options_.latency_target > absl::ZeroDuration() ||
+      options_.priority_lower_batch_cost > absl::ZeroDuration() ||
+      options_.priority_fill_cost_ratio > 0) {
     adaptive_.emplace(options_.max_batch_size, options_.allowed_batch_sizes,
                       options_.batch_costs);
   }
@@ -222,6 +244,7 @@ absl::Status BatchQueue::Admit(std::unique_ptr<BatchTask>* task,
   const int level = pieces.front()->priority_level;
   const absl::Time level_deadline = pieces.front()->level_deadline;
   level_rows_[level - 1] += rows;
+  last_admitted_[level - 1] = std::max(last_admitted_[level - 1], now);
   for (auto& piece : pieces) {
     piece->enqueue_time = now;
     piece->priority_level = level;
@@ -344,7 +367,43 @@ size_t BatchQueue::HeadIndex() const {
   return best;
 }
 
-std::vector<size_t> BatchQueue::Pick(size_t head, int64_t* rows, bool* full) const {
+bool BatchQueue::HigherLevelActive(int level, absl::Time now) const {
+  for (int l = 1; l < level; ++l) {
+    if (now - last_admitted_[l - 1] < options_.priority_active_window) return true;
+  }
+  return false;
+}
+
+int64_t BatchQueue::LowerBatchCap() const {
+  const absl::Duration budget = options_.priority_lower_batch_cost;
+  const std::vector<int64_t>& sizes = options_.allowed_batch_sizes;
+  if (sizes.empty()) {
+    int64_t lo = 1, hi = options_.max_batch_size;  // cost is taken as rising
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (adaptive_->DeviceCostOf(mid) <= budget) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return lo;
+  }
+  int64_t cap = sizes.front();  // none fits: the lower levels still move
+  for (int64_t size : sizes) {
+    if (adaptive_->DeviceCostOf(size) <= budget) cap = size;
+  }
+  return cap;
+}
+
+bool BatchQueue::FillFits(int64_t rows, int64_t own, int64_t add) const {
+  if (options_.priority_fill_cost_ratio <= 0 || !adaptive_) return true;
+  return absl::ToDoubleSeconds(adaptive_->DeviceCostOf(rows + add)) <=
+         options_.priority_fill_cost_ratio * absl::ToDoubleSeconds(adaptive_->DeviceCostOf(own));
+}
+
+std::vector<size_t> BatchQueue::Pick(size_t head, absl::Time now, int64_t* rows,
+                                     bool* full) const {
   const absl::string_view key = tasks_[head]->batch_key();
   std::vector<size_t> order;
   for (size_t i = 0; i < tasks_.size(); ++i) {
@@ -355,16 +414,26 @@ std::vector<size_t> BatchQueue::Pick(size_t head, int64_t* rows, bool* full) con
   });
   order.insert(order.begin(), head);
   std::vector<size_t> picked;
+  const int level = tasks_[head]->priority_level;
+  int64_t cap = MaxRows();
+  if (options_.priority_lower_batch_cost > absl::ZeroDuration() && adaptive_ &&
+      HigherLevelActive(level, now)) {
+    cap = std::min(cap, LowerBatchCap());
+  }
   // A split piece has max_batch_size rows: under a smaller cap it runs alone.
-  const int64_t cap = std::max(MaxRows(), tasks_[head]->rows());
+  cap = std::max(cap, tasks_[head]->rows());
   *rows = 0;
   *full = false;
+  int64_t own = 0;  // rows of the head's level or above
   for (size_t i : order) {
-    if (*rows + tasks_[i]->rows() > cap) {
+    const int64_t add = tasks_[i]->rows();
+    const bool fill = tasks_[i]->priority_level > level;
+    if (*rows + add > cap || (fill && !FillFits(*rows, own, add))) {
       *full = true;
       break;
     }
-    *rows += tasks_[i]->rows();
+    *rows += add;
+    if (!fill) own += add;
     picked.push_back(i);
     if (*rows >= cap) {
       *full = true;
@@ -400,7 +469,7 @@ Batch BatchQueue::TakeBatch(const std::vector<size_t>& picked, int64_t rows) {
 std::optional<CloseReason> BatchQueue::Consider(size_t head, absl::Time now, bool draining,
                                                Candidate* c, absl::Time* wake_at) const {
   bool full = false;
-  c->picked = Pick(head, &c->rows, &full);
+  c->picked = Pick(head, now, &c->rows, &full);
   absl::Time oldest = absl::InfiniteFuture();
   for (size_t i : c->picked) oldest = std::min(oldest, tasks_[i]->enqueue_time);
   if (full) return CloseReason::kFull;

@@ -3,8 +3,8 @@
 and a message that names the mistake, before any model loads or port binds
 (issue 17, item 8): a port out of range, an address without a port, a
 device_concurrency below 1, TLS files that do not parse or do not match,
-an unread-answer timeout of 0 or a global unread-answer bound below the
-per-connection one.
+an unread-answer timeout of 0, a global unread-answer bound below the
+per-connection one, or a priority isolation setting out of range.
 
 Each case runs build/metalserve with the metrics listener off and a 30 s
 limit; a server that starts instead of refusing is stopped and the case
@@ -69,6 +69,12 @@ def main():
               "--max_unread_response_bytes_per_connection=2000"],
              "max_unread_response_bytes (1000) must be >= "
              "max_unread_response_bytes_per_connection (2000)"),
+            (["--address=127.0.0.1:0", "--priority_fill_cost_ratio=0.5"],
+             "priority_fill_cost_ratio must be 0 (off) or a finite number >= 1, got 0.5"),
+            (["--address=127.0.0.1:0", "--priority_lower_batch_cost=-2ms"],
+             "priority_lower_batch_cost must be >= 0 (0: off), got -2ms"),
+            (["--address=127.0.0.1:0", "--priority_active_window=0s"],
+             "priority_active_window must be > 0, got 0"),
             (["--address=127.0.0.1:0", "--tls_cert=" + p("a.pem"),
               "--tls_key=" + p("b.key")], "TLS key does not match certificate"),
             (["--address=127.0.0.1:0", "--tls_cert=" + p("garbage.pem"),

@@ -28,6 +28,8 @@ class PriorityServiceTest : public testing::NativeFakeServerTest {
     so.batching.priority_levels = 2;
     StartServerAndConnect(so);
   }
+
+ public:
   static PredictRequest At(int priority, float value) {
     PredictRequest req = MakeRequest(1, value);
     req.set_priority(priority);
@@ -90,6 +92,43 @@ TEST_F(PriorityServiceTest, KServePriorityParameterIsReadAndChecked) {
   s = infer(text, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("parameters[\"priority\"]"));
+}
+
+// Priority isolation over gRPC: while level 1 is active, the level-2 rows
+// that queued behind its batch run in batches capped by
+// priority_lower_batch_cost (4 rows at 1 ms a row), not in one of 8.
+class PriorityIsolationServiceTest : public testing::NativeFakeServerTest {
+ protected:
+  void SetUp() override {
+    ServerOptions so = testing::LoopbackServerOptions();
+    so.batching.max_batch_size = 8;
+    so.batching.allowed_batch_sizes = {1, 2, 4, 8};
+    so.batching.max_queue_delay = absl::ZeroDuration();
+    so.batching.priority_levels = 2;
+    const absl::Duration ms = absl::Milliseconds(1);
+    so.batching.batch_costs = {{1, ms}, {2, 2 * ms}, {4, 4 * ms}, {8, 8 * ms}};
+    so.batching.priority_lower_batch_cost = 4 * ms;
+    so.batching.priority_active_window = absl::Minutes(5);  // the whole test
+    StartServerAndConnect(so);
+  }
+};
+
+TEST_F(PriorityIsolationServiceTest, LowerRowsQueuedWhileLevelOneIsActiveRunInCappedBatches) {
+  runner_.CloseGate();
+  std::vector<grpc::Status> st(7);
+  std::vector<PredictResponse> resp(7);
+  std::vector<std::thread> calls;
+  calls.emplace_back([&] { st[0] = Call(PriorityServiceTest::At(1, 10), &resp[0]); });
+  runner_.AwaitRunning(1);
+  for (int i = 1; i < 7; ++i) {
+    calls.emplace_back([&, i] { st[i] = Call(PriorityServiceTest::At(2, 20 + i), &resp[i]); });
+  }
+  const bool queued = AwaitQueueDepth(6);
+  runner_.OpenGate();
+  for (std::thread& t : calls) t.join();
+  ASSERT_TRUE(queued) << "the level-2 requests never all queued";
+  for (const grpc::Status& s : st) EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_THAT(runner_.batch_rows(), ElementsAre(1, 4, 2));
 }
 
 }  // namespace
