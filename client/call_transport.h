@@ -22,13 +22,15 @@ namespace metalserve::client {
 
 // The outcome of one call: a gRPC code (HTTP statuses are mapped to the code
 // of the same meaning), the server's message on error, and the server-side
-// figures a successful answer carried (0 when absent).
+// figures a successful answer carried (0 when absent), among them the model
+// version that answered (empty when the server does not say).
 struct CallResult {
   grpc::StatusCode code = grpc::StatusCode::OK;
   std::string message;
   int64_t queue_us = 0;
   int64_t compute_us = 0;
   int64_t batch_rows = 0;
+  std::string model_version;
 };
 
 using CallDone = std::function<void(CallResult)>;

@@ -91,6 +91,7 @@ std::unique_ptr<CallTransport> NewPredictTransport(
         r.queue_us = resp.queue_time_us();
         r.compute_us = resp.compute_time_us();
         r.batch_rows = resp.batch_rows();
+        r.model_version = resp.model_version();
       });
 }
 
@@ -121,6 +122,7 @@ std::unique_ptr<CallTransport> NewModelInferTransport(
         r.queue_us = param("queue_time_us");
         r.compute_us = param("compute_time_us");
         r.batch_rows = param("batch_rows");
+        r.model_version = resp.model_version();
       });
 }
 

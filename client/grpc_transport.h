@@ -2,7 +2,8 @@
 // KServe inference.GRPCInferenceService/ModelInfer, each spreading calls over
 // its channels (one stub per channel). Over KServe the server-side figures
 // come from the response's int64 parameters "queue_time_us",
-// "compute_time_us" and "batch_rows" when present.
+// "compute_time_us" and "batch_rows" when present; the answering version
+// from each response's model_version.
 //
 // Thread-safety and lifetime: as CallTransport (call_transport.h).
 #ifndef METALSERVE_CLIENT_GRPC_TRANSPORT_H_

@@ -128,6 +128,8 @@ CallResult DecodeInferAnswer(long http_status, absl::string_view body,
     r.message = "HTTP 200 with a body that is not a JSON object";
     return r;
   }
+  const auto version = j.find("model_version");
+  if (version != j.end() && version->is_string()) r.model_version = version->get<std::string>();
   const auto params = j.find("parameters");
   if (params == j.end() || !params->is_object()) return r;
   auto figure = [&params](const char* key) -> int64_t {

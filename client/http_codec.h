@@ -43,7 +43,7 @@ absl::StatusOr<HttpInferBody> EncodeInferBody(const inference::ModelInferRequest
 grpc::StatusCode CodeOfHttpStatus(long http_status);
 
 // One infer answer: OK with the figures of `parameters` ("queue_time_us",
-// "compute_time_us", "batch_rows"); otherwise the code of the status and the
+// "compute_time_us", "batch_rows") and "model_version"; otherwise the code of the status and the
 // body's "error" text (the start of the body when it has none), prefixed with
 // the HTTP status. `header_length` is the answer's
 // Inference-Header-Content-Length (-1 when absent: all of `body` is JSON).

@@ -61,7 +61,8 @@ void KeepMessage(absl::string_view message, std::vector<std::string>& kept) {
 class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
  public:
   Phase(LoadGenerator& gen, const LoadSpec& spec, bool warmup)
-      : gen_(gen), clock_(gen.clock_), spec_(spec), warmup_(warmup) {}
+      : gen_(gen), clock_(gen.clock_), spec_(spec), warmup_(warmup),
+        versions_(Workers(gen, spec)) {}
 
   void Start() {
     start_ = clock_->TimeNow();
@@ -130,6 +131,9 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
     }
     const int64_t overflow = overflow_.load();
     if (overflow > 0) stats.errors[kOverflowError] = overflow;
+    ModelVersionStats versions = versions_.Stats();
+    stats.versions = std::move(versions.responses);
+    stats.model_version_regressions = versions.regressions;
     stats.rows = stats.ok * gen_.transport_->rows_per_request();
     stats.elapsed = last - start_;
     return stats;
@@ -139,7 +143,16 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
   struct Call {
     absl::Time start;
     int slot = 0;
+    // The newest version the slot had seen answer when this call was sent.
+    int64_t newest_version = ModelVersionWatch::kNoneSeen;
   };
+
+  // The workers whose answers must never go back to an older version: the
+  // closed loop's slots (one call each at a time), or the open loop's lanes.
+  static size_t Workers(const LoadGenerator& gen, const LoadSpec& spec) {
+    return spec.open_loop() ? gen.transport_->lanes()
+                            : static_cast<size_t>(std::max(spec.concurrency, 1));
+  }
 
   // Claims the right to start one more call at `now`.
   bool TryClaim(absl::Time now) {
@@ -153,7 +166,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
 
   // Starts one call timed from `start`; the caller counted it outstanding.
   void Issue(int slot, absl::Time start) {
-    const Call call{start, slot};
+    const Call call{start, slot, versions_.NewestSeen(static_cast<size_t>(slot))};
     gen_.transport_->Start(static_cast<size_t>(slot), spec_.deadline,
                            [self = shared_from_this(), call](CallResult r) {
                              self->OnDone(call, r);
@@ -162,6 +175,11 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
 
   void OnDone(const Call& call, const CallResult& result) {
     const absl::Time now = clock_->TimeNow();
+    if (result.code == grpc::StatusCode::OK) {
+      // Before the slot's next call is sent, which reads what this one saw.
+      versions_.Record(static_cast<size_t>(call.slot), call.newest_version,
+                       result.model_version);
+    }
     Record(call, result, now);
     gen_.CountFinishedCall();
     if (!spec_.open_loop() && TryClaim(now)) {
@@ -265,6 +283,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
   std::atomic<int64_t> done_ok_{0};
   std::atomic<int64_t> done_err_{0};
   std::array<Shard, kNumShards> shards_;
+  ModelVersionWatch versions_;
 };
 
 absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(

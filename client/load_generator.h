@@ -5,6 +5,11 @@
 // response's parameters "queue_time_us", "compute_time_us" and "batch_rows"
 // when the server sends them (zero otherwise).
 //
+// Each successful answer's model version is counted, and a worker (a
+// closed-loop slot, or an open-loop lane) answered by a version older than
+// one it had seen before sending counts as a regression (model_versions.h):
+// the check that a reload switches traffic once and never back.
+//
 // Closed loop (`LoadSpec::concurrency`): exactly N calls are outstanding;
 // each completion starts the next call from the completion callback, so a
 // few transport threads keep thousands of calls in flight (no thread per

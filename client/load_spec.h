@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/latency_histogram.h"
+#include "client/model_versions.h"
 #include "grpcpp/support/status.h"
 
 namespace metalserve::client {
@@ -74,6 +75,11 @@ struct RunStats {
   // for percentiles (recorded in whole microseconds).
   LatencyHistogram server_queue;
   LatencyHistogram server_compute;
+  // Successful responses per answering model version (model_versions.h),
+  // and how often a worker was answered by a version older than one it had
+  // already seen (0 across a correct reload).
+  VersionCounts versions;
+  int64_t model_version_regressions = 0;
 
   int64_t ErrorCount() const;
   int64_t Total() const { return ok + ErrorCount(); }

@@ -35,6 +35,14 @@ std::string ErrorsInline(const RunStats& st, absl::string_view kv,
   });
 }
 
+// "1: 950, 2: 1020" (answers per model version, oldest first); a server
+// that does not say which version answered shows as "(none)".
+std::string VersionsInline(const VersionCounts& versions) {
+  return absl::StrJoin(versions, ", ", [](std::string* out, const auto& v) {
+    absl::StrAppend(out, v.first.empty() ? "(none)" : v.first, ": ", v.second);
+  });
+}
+
 // The server's own p50/p90/p99 of a field, and its mean.
 std::string ServerLine(const LatencyHistogram& h, double mean_us) {
   return absl::StrFormat("p50 %.0f  p90 %.0f  p99 %.0f  mean %.0f",
@@ -64,6 +72,10 @@ std::string Text(const RunReport& r) {
   absl::StrAppendFormat(&out, "           compute us %s\n",
                         ServerLine(st.server_compute, st.MeanServerComputeUs()));
   absl::StrAppendFormat(&out, "           batch %.2f rows (mean)\n", st.MeanBatchRows());
+  if (!st.versions.empty()) {
+    absl::StrAppend(&out, "versions   ", VersionsInline(st.versions),
+                    "; regressions ", st.model_version_regressions, "\n");
+  }
   if (!st.errors.empty()) {
     absl::StrAppend(&out, "errors     ", ErrorsInline(st, " ", ", "), "\n");
   }
@@ -129,6 +141,9 @@ nlohmann::ordered_json Json(const RunReport& r) {
   j["rows_per_s"] = Rounded(st.RowsPerSecond(), 3);
   j["latency_us"] = JsonLatency(st.latency);
   j["server"] = JsonServer(st);
+  j["versions"] = nlohmann::ordered_json::object();
+  for (const auto& [version, n] : st.versions) j["versions"][version] = n;
+  j["model_version_regressions"] = st.model_version_regressions;
   return j;
 }
 

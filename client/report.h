@@ -4,7 +4,10 @@
 // Latencies are reported in microseconds; throughput counts successful
 // calls only. The server's own queue and compute times (from responses) are
 // reported as p50/p90/p99 and mean; errors as counts by code plus the first
-// kMaxMessagesPerCode distinct messages of each code (text and JSON). JSON
+// kMaxMessagesPerCode distinct messages of each code (text and JSON); the
+// successful answers per model version and the count of version regressions
+// (model_versions.h) in text and JSON ("versions", "model_version_regressions";
+// the CSV columns are unchanged). JSON
 // is {"runs": [...]}, one object per sweep level, written with nlohmann-json
 // (latencies rounded to 0.1 us, rates to 0.001/s); CSV is a header and one row
 // per level, errors as "CODE=n;CODE=n".

@@ -83,6 +83,10 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
                                ? request->inputs(0).shape(0)
                                : 1;
       response->set_batch_rows(rows);
+      if (!options_.versions.empty()) {
+        const size_t i = static_cast<size_t>(n - 1) % options_.versions.size();
+        response->set_model_version(options_.versions[i]);
+      }
     }
     if (due <= now) {
       Finished(1);

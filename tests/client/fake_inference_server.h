@@ -11,7 +11,8 @@
 // window closes. Responses carry queue_time_us = kQueueTimeUs (or, with
 // queue_time_cycle = k > 0, kQueueTimeUs * ((n - 1) % k + 1) for the n-th
 // request), compute_time_us = the delay and batch_rows = the request's
-// first input rows. GetModelMetadata describes one float32 input "input" of
+// first input rows, and model_version = versions[(n - 1) % size] for the
+// n-th request when `versions` is given (empty otherwise). GetModelMetadata describes one float32 input "input" of
 // shape [-1, 4].
 //
 // Time comes from `FakeServerOptions::clock`: with a SimulatedClock a call's
@@ -53,6 +54,9 @@ struct FakeServerOptions {
   int64_t queue_time_cycle = 0;
   // Times delays, stalls and arrivals; not owned, outlives the server.
   Clock* clock = Clock::RealClock();
+  // The model_version of the n-th answer is versions[(n - 1) % size()];
+  // none when empty.
+  std::vector<std::string> versions;
   // gRPC callback threads are the library's; this bounds nothing else.
 };
 

@@ -69,9 +69,11 @@ TEST(HttpCodecTest, HalfPrecisionGoesAsItsFloatValue) {
 
 TEST(HttpCodecTest, AnswerFiguresAndErrorsAreRead) {
   const std::string ok =
-      R"({"outputs":[],"parameters":{"queue_time_us":7,"compute_time_us":9,"batch_rows":3}})";
+      R"({"model_version":"3","outputs":[],)"
+      R"("parameters":{"queue_time_us":7,"compute_time_us":9,"batch_rows":3}})";
   CallResult r = DecodeInferAnswer(200, ok + "BINARY", static_cast<int64_t>(ok.size()));
   EXPECT_EQ(r.code, grpc::StatusCode::OK);
+  EXPECT_EQ(r.model_version, "3");
   EXPECT_EQ(r.queue_us, 7);
   EXPECT_EQ(r.compute_us, 9);
   EXPECT_EQ(r.batch_rows, 3);

@@ -209,6 +209,42 @@ TEST(LoadGeneratorTest, CountsErrorsPerCodeAndExitCodeFollowsMaxErrorRate) {
   EXPECT_EQ(ExitCodeFor(reports, 1.0), 0);
 }
 
+TEST(LoadGeneratorTest, CountsAnswersPerModelVersionAndVersionsThatGoBack) {
+  // One slot answered by versions 1 2 2 1 3 3 (in arrival order): version 1
+  // after 2 is the one regression.
+  FakeServerOptions options{.delay = absl::ZeroDuration()};
+  options.versions = {"1", "2", "2", "1", "3", "3"};
+  auto server = FakeInferenceServer::Start(options);
+  auto gen = MakeGenerator(*server);
+  LoadSpec spec;
+  spec.concurrency = 1;
+  spec.max_requests = 6;
+  auto stats = gen->Run(spec);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_THAT(stats->versions, ElementsAre(Pair("1", 2), Pair("2", 2), Pair("3", 2)));
+  EXPECT_EQ(stats->model_version_regressions, 1);
+}
+
+TEST(LoadGeneratorTest, VersionsAreOrderedAsNumbersAndEachRunStartsAfresh) {
+  // 2 then 10 moves forward (as numbers; as strings "10" < "2"). The next
+  // run's version 1 is no regression: its slots have seen nothing yet.
+  FakeServerOptions options{.delay = absl::ZeroDuration()};
+  options.versions = {"2", "10", "1", "1"};
+  auto server = FakeInferenceServer::Start(options);
+  auto gen = MakeGenerator(*server);
+  LoadSpec spec;
+  spec.concurrency = 1;
+  spec.max_requests = 2;
+  auto stats = gen->Run(spec);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_THAT(stats->versions, ElementsAre(Pair("2", 1), Pair("10", 1)));
+  EXPECT_EQ(stats->model_version_regressions, 0);
+  stats = gen->Run(spec);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_THAT(stats->versions, ElementsAre(Pair("1", 2)));
+  EXPECT_EQ(stats->model_version_regressions, 0);
+}
+
 TEST(LoadGeneratorTest, KeepsTheFirstFewDistinctErrorMessagesPerCode) {
   // 20 requests, every 2nd fails with a message naming its request number:
   // 10 distinct messages, of which kMaxMessagesPerCode are kept.

@@ -21,6 +21,7 @@ using ::metalserve::testing::IsOk;
 using ::metalserve::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 v1::GetModelMetadataResponse ImageModelMetadata() {
@@ -226,6 +227,21 @@ TEST(ReportTest, ServerTimesAreReportedAsPercentilesAndMeans) {
   EXPECT_THAT(csv, HasSubstr(",200.2,899.1,899.1,20.0,30.0,30.0,UNAVAILABLE=1"));
 }
 
+TEST(ReportTest, VersionsAndRegressionsAreReportedInTextAndJson) {
+  RunReport r = SampleReport();
+  EXPECT_THAT(FormatReports({r}, OutputFormat::kText), Not(HasSubstr("versions")));
+  EXPECT_THAT(FormatReports({r}, OutputFormat::kJson),
+              HasSubstr("\"versions\":{},\"model_version_regressions\":0"));
+  r.stats.versions = {{"10", 5}, {"9", 7}, {"", 1}};
+  r.stats.model_version_regressions = 2;
+  EXPECT_THAT(FormatReports({r}, OutputFormat::kText),
+              HasSubstr("\nversions   9: 7, 10: 5, (none): 1; regressions 2\n"));
+  const auto doc = nlohmann::ordered_json::parse(FormatReports({r}, OutputFormat::kJson));
+  const auto& run = doc["runs"][0];
+  EXPECT_EQ(run["versions"].dump(), R"({"9":7,"10":5,"":1})");
+  EXPECT_EQ(run["model_version_regressions"], 2);
+}
+
 TEST(ReportTest, ErrorMessagesAreShownPerCodeAndEscapedInJson) {
   RunReport r = SampleReport();
   r.stats.error_messages["UNAVAILABLE"] = {"connect failed", "line\nbreak \"quoted\""};
@@ -245,7 +261,8 @@ TEST(ReportTest, JsonKeepsItsKeysInOrder) {
   EXPECT_THAT(keys, ::testing::ElementsAre("mode", "concurrency", "rate", "ok", "errors",
                                            "error_messages", "error_rate", "elapsed_s",
                                            "requests_per_s", "rows_per_s", "latency_us",
-                                           "server"));
+                                           "server", "versions",
+                                           "model_version_regressions"));
   keys.clear();
   for (const auto& [key, value] : doc["runs"][0]["latency_us"].items()) keys.push_back(key);
   EXPECT_THAT(keys, ::testing::ElementsAre("p50", "p90", "p95", "p99", "p99_9", "max", "min",
