@@ -6,9 +6,12 @@ exported by models/export.py) and --model_control=explicit, on free
 
   * two models on the one CPU device thread answer concurrently, each equal
     to its own direct forward (TorchScript in this process);
-  * reload under load: clients keep calling identity while new versions are
-    loaded three times: zero errors; the version each client sees switches
-    once per reload and never goes back;
+  * reload under load (issue 18's test): build/metalserve-bench calls
+    identity over KServe gRPC at concurrency 32 for 20 s while versions 2..6
+    are loaded 3.5 s apart: zero errors, every version 1..6 answered, no
+    worker ever answered by a version older than one it had seen
+    (model_version_regressions, client/model_versions.h), and version 6 ends
+    READY alone;
   * unload under load: every answer is OK or NOT_FOUND (requests admitted
     before the unload succeed; none is cut off), and NOT_FOUND never comes
     before an OK on one client;
@@ -57,6 +60,11 @@ from proc_util import Process, compile_stubs, free_port, http_get, tail, wait_fo
 
 ARGS = None
 CLIENTS = 4
+# Issue 18's reload-under-load test: metalserve-bench's concurrency and run
+# length, and the gap between the five loads.
+RELOAD_CONCURRENCY = 32
+RELOAD_SECONDS = 20
+RELOAD_INTERVAL = 3.5
 
 
 class Repository(unittest.TestCase):
@@ -129,6 +137,13 @@ class Repository(unittest.TestCase):
                 return float(line.rsplit(" ", 1)[1])
         return None
 
+    def metric_sum(self, name, **labels):
+        """The sum over every series of `name` with (at least) `labels`."""
+        _, text = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + "{")
+                   and all(f'{k}="{v}"' in line for k, v in labels.items()))
+
     @staticmethod
     def floats(resp, i=0):
         data = resp.raw_output_contents[i]
@@ -178,28 +193,39 @@ class Repository(unittest.TestCase):
         return seen, threads
 
     def test_reload_under_load_switches_versions_once_each_without_errors(self):
-        stop = threading.Event()
-        seen, threads = self.run_clients(self.identity, stop)
+        # Loads start once version 1 has answered bench traffic, then one
+        # every 3.5 s: the last (version 6) about 14 s in, serving 6 s more.
+        bench = subprocess.Popen(
+            [ARGS.bench, f"--target={self.target}", "--protocol=kserve",
+             "--model_name=identity", f"--concurrency={RELOAD_CONCURRENCY}",
+             f"--duration={RELOAD_SECONDS}s", "--warmup=0s", "--deadline=30s",
+             "--output=json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            time.sleep(0.5)
-            for v in (2, 3, 4):
+            wait_for("version 1 answering bench traffic",
+                     lambda: self.metric_sum("metalserve_requests_total", model="identity",
+                                             version="1", code="OK") > 0,
+                     time.monotonic() + 30)
+            start = time.monotonic()
+            for i, v in enumerate(range(2, 7)):
+                time.sleep(max(0.0, start + RELOAD_INTERVAL * i - time.monotonic()))
                 self.add_version("identity", v)
                 self.kserve.RepositoryModelLoad(
-                    kpb.RepositoryModelLoadRequest(model_name="identity"), timeout=120)
-                time.sleep(0.5)
+                    kpb.RepositoryModelLoadRequest(model_name="identity"), timeout=60)
+            out, err = bench.communicate(timeout=RELOAD_SECONDS + 60)
         finally:
-            stop.set()
-            for t in threads:
-                t.join(60)
-        for client in seen:
-            self.assertEqual([s for s in client if s[0] != "OK"], [])
-            versions = [int(v) for _, v in client]
-            self.assertEqual(versions, sorted(versions), "a version went back")
-            self.assertEqual(versions[-1], 4)
-        self.assertEqual(sorted({int(v) for c in seen for _, v in c}), [1, 2, 3, 4])
+            if bench.poll() is None:
+                bench.kill()
+                bench.communicate()
+        self.assertEqual(bench.returncode, 0, err)
+        run = json.loads(out)["runs"][0]
+        self.assertEqual(run["errors"], {}, run["error_messages"])
+        self.assertGreater(run["ok"], 0)
+        self.assertEqual(run["model_version_regressions"], 0, run["versions"])
+        self.assertEqual(list(run["versions"]), ["1", "2", "3", "4", "5", "6"])
         index = self.kserve.RepositoryIndex(kpb.RepositoryIndexRequest(ready=True), timeout=10)
-        self.assertIn(("identity", "4", "READY"),
-                      [(m.name, m.version, m.state) for m in index.models])
+        self.assertEqual([(m.version, m.state) for m in index.models if m.name == "identity"],
+                         [("6", "READY")])
 
     def test_unload_under_load_finishes_admitted_requests(self):
         stop = threading.Event()
@@ -434,8 +460,9 @@ if __name__ == "__main__":
     p.add_argument("--repository", required=True)
     p.add_argument("--proto_dir", required=True)
     p.add_argument("--example", required=True)
+    p.add_argument("--bench", required=True, help="build/metalserve-bench")
     ARGS, rest = p.parse_known_args()
-    for path in (ARGS.server, ARGS.repository, ARGS.example):
+    for path in (ARGS.server, ARGS.repository, ARGS.example, ARGS.bench):
         if not os.path.exists(path):
             sys.exit(f"repository_test: {path} is missing (build first)")
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
