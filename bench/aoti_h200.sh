@@ -8,15 +8,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/aoti-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
-source .devtools/gpu-env.sh
-export PKG_CONFIG_PATH=/opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=/opt/deb
-g=$(ls /usr/lib/x86_64-linux-gnu/libgnutls.so.30* 2>/dev/null | head -1)
-ln -sf "$g" /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.so.30
-ln -sf "$g" /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.so
-rm -f /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.a
-printf "Name: gnutls\nDescription: host\nVersion: 3.7.9\nLibs: -lgnutls\nCflags:\n" \
-  > /opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+source bench/gpu_host_env.sh
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 mkdir -p build-gpu/models /tmp/x16
