@@ -402,7 +402,7 @@ def print_table(r):
         for mode, x in m["modes"].items():
             if x.get("error"):
                 lines = x["error"].strip().splitlines()  # the server's error line, if any
-                why = next((l for l in lines if l.startswith("E")), lines[0])
+                why = next((l for l in lines if l.startswith("E")), lines[0] if lines else "")
                 print(f"FAILED: {model} {x['flags']}: {why}")
     for why in r.get("skipped", []):
         print(f"skipped: {why}")
@@ -499,6 +499,10 @@ def main():
     except ImportError as e:
         print(f"(no plot: {e}; run bench/hybrid.py --from_json {path} where matplotlib is "
               "installed)")
+    failed = [f"{model} {mode}" for model, m in r["models"].items()
+              for mode, x in m.get("modes", {}).items() if x.get("error")]
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)} (the rest is in {path})")
 
 
 if __name__ == "__main__":

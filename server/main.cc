@@ -406,6 +406,8 @@ void LogStart(const std::string& version, const metalserve::RuntimeOptions& ro,
             << " priority_lower_batch_cost="
             << absl::FormatDuration(so.batching.priority_lower_batch_cost)
             << " priority_fill_cost_ratio=" << so.batching.priority_fill_cost_ratio
+            << " priority_active_window="
+            << absl::FormatDuration(so.batching.priority_active_window)
             << " latency_target=" << absl::FormatDuration(so.batching.latency_target)
             << " executors=" << so.batching.num_executors
             << " address=" << so.address << " http_address=" << so.http.address

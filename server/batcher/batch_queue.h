@@ -42,7 +42,7 @@
 //    never less than the device's forwards of all of them one after another.
 //  * Priority isolation (both off by default; measured on the GPU host,
 //    ResNet-50 batch 256 at 34 ms: without them level 1's p99 under
-//    saturation was ~68 ms, because a level-1 arrival waits behind a whole
+//    saturation was 68-92 ms, because a level-1 arrival waits behind a whole
 //    lower-level batch already running or formed, and a batch headed by
 //    level 1 was filled to 256 rows with level-2 rows and cost 34 ms itself).
 //    Let c(m) be the device time of a batch of m rows after padding, from

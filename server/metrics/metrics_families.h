@@ -134,7 +134,7 @@ struct BatchFamilies {
   prometheus::Family<prometheus::Gauge>& queue_capacity;
 };
 
-// The runtime edge: device_memory_bytes{kind},
+// The runtime edge: device_memory_bytes{device,kind},
 // process_resident_memory_bytes, cache_clears_total{trigger},
 // cache_clear_duration_seconds{trigger}, model_load_duration_seconds,
 // model_warmup_duration_seconds.

@@ -126,6 +126,7 @@ class HybridRunner : public Runner {
   absl::StatusOr<std::vector<Tensor>> RunBatch(const std::vector<BatchedInput>& inputs) override;
   // The first device's figures (the accelerator's, listed first).
   MemoryStats Memory() override { return runners_.front()->Memory(); }
+  std::string MemoryDevice() const override { return runners_.front()->info().device; }
   // Every device's cache policy.
   void BetweenBatches(bool idle) override;
 

@@ -151,6 +151,9 @@ class Runner {
   }
 
   virtual MemoryStats Memory() = 0;
+  // The device whose figures Memory() gives (a hybrid runner reports its
+  // first device's, while info().device names them all).
+  virtual std::string MemoryDevice() const { return info().device; }
 
   // Called by the executor between batches (never during one). `idle` is
   // true when no batch is waiting. Implementations apply their cache policy.

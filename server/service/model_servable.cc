@@ -26,10 +26,24 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
                                                  options.device_concurrency, model_metrics,
                                                  clock);
   ModelServable* self = s.get();
+  // The memory figures of the runner's device (its idle loop and, under
+  // sustained load, its batches report them).
+  auto report_memory = [r, metrics] {
+    if (metrics == nullptr) return;
+    const MemoryStats m = r->Memory();
+    metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes, m.resident_bytes,
+                        r->MemoryDevice()});
+  };
   // Each model run refines the adaptive policy's cost curve. Set before the
   // batcher's threads start; the servable owns both.
-  s->executor_->set_on_cost([self](int64_t rows, absl::Duration cost) {
+  s->executor_->set_on_cost([self, clock, report_memory](int64_t rows, absl::Duration cost) {
     self->batcher_->ObserveBatchCost(rows, cost);
+    const int64_t now = absl::ToUnixNanos(clock->TimeNow());
+    int64_t due = self->next_busy_memory_report_ns_.load(std::memory_order_relaxed);
+    if (now >= due && self->next_busy_memory_report_ns_.compare_exchange_strong(
+                          due, now + absl::ToInt64Nanoseconds(kMemoryReportEvery))) {
+      report_memory();
+    }
   });
   // The queue depth gauge follows every change of the queue: arrivals,
   // batches, expiries, cancellations and the drain.
@@ -37,13 +51,9 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
     if (model_metrics != nullptr) model_metrics->SetQueueDepth(rows);
   };
   // Cache hygiene and the memory figures, while this model's queue is idle.
-  auto on_idle = [r, metrics] {
+  auto on_idle = [r, report_memory] {
     r->BetweenBatches(/*idle=*/true);
-    if (metrics != nullptr) {
-      const MemoryStats m = r->Memory();
-      metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes,
-                          m.resident_bytes, r->info().device});
-    }
+    report_memory();
   };
   BatcherOptions batching = options.batching;
   if (batching.batch_costs.empty()) {  // seed the cost curve from the warm-up
@@ -61,12 +71,16 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
 
 ModelServable::~ModelServable() {
   Drain();
-  batcher_.reset();  // no idle call reports memory after this
+  batcher_.reset();  // no idle call or batch reports memory after this
   executor_.reset();
-  // What this version reported of its device is stale once it is freed (the
-  // runner's destructor gives its memory back to the device); models still
-  // on the device report again from their idle loops.
-  if (process_metrics_ != nullptr) process_metrics_->ForgetDeviceMemory(runner_->info().device);
+  // What this version reported of its device is stale once it is freed: the
+  // series go after the runner (whose destructor gives its memory back to
+  // the device, on the device thread) is released here, so that no report
+  // from before the free can follow; models still on the device report
+  // again from their idle loops or batches.
+  const std::string device = runner_->MemoryDevice();
+  runner_.reset();
+  if (process_metrics_ != nullptr) process_metrics_->ForgetDeviceMemory(device);
 }
 
 void ModelServable::Drain() {

@@ -23,6 +23,7 @@
 #define METALSERVE_SERVER_SERVICE_MODEL_SERVABLE_H_
 
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -85,6 +86,11 @@ class ModelServable final : public Servable {
   // The process's metrics (not owned; null without): the device's memory
   // series are dropped when this version goes (Metrics::ForgetDeviceMemory).
   Metrics* process_metrics_ = nullptr;
+  // Under sustained load the queue is never empty and the idle loop never
+  // reports: batches report the memory figures too, at most once per
+  // kMemoryReportEvery (nanoseconds since the epoch of the next one due).
+  static constexpr absl::Duration kMemoryReportEvery = absl::Seconds(1);
+  std::atomic<int64_t> next_busy_memory_report_ns_{0};
   std::shared_ptr<Runner> runner_;
   KServeStatistics stats_;
   std::unique_ptr<BatchExecutor> executor_;  // uses runner_

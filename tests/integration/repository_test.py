@@ -8,7 +8,7 @@ exported by models/export.py) and --model_control=explicit, on free
     to its own direct forward (TorchScript in this process);
   * reload under load (issue 18's test): build/metalserve-bench calls
     identity over KServe gRPC at concurrency 32 for 20 s while versions 2..6
-    are loaded 3.5 s apart: zero errors, every version 1..6 answered, no
+    are loaded 3 s apart: zero errors, every version 1..6 answered, no
     worker ever answered by a version older than one it had seen
     (model_version_regressions, client/model_versions.h), and version 6 ends
     READY alone;
@@ -64,7 +64,7 @@ CLIENTS = 4
 # length, and the gap between the five loads.
 RELOAD_CONCURRENCY = 32
 RELOAD_SECONDS = 20
-RELOAD_INTERVAL = 3.5
+RELOAD_INTERVAL = 3.0
 
 
 class Repository(unittest.TestCase):
@@ -194,7 +194,7 @@ class Repository(unittest.TestCase):
 
     def test_reload_under_load_switches_versions_once_each_without_errors(self):
         # Loads start once version 1 has answered bench traffic, then one
-        # every 3.5 s: the last (version 6) about 14 s in, serving 6 s more.
+        # every 3 s: the last (version 6) about 12 s in, serving 8 s more.
         bench = subprocess.Popen(
             [ARGS.bench, f"--target={self.target}", "--protocol=kserve",
              "--model_name=identity", f"--concurrency={RELOAD_CONCURRENCY}",

@@ -183,6 +183,7 @@ TEST(HybridRunnerTest, SendsEachBatchToThePickedDeviceAndReportsBoth) {
   auto h = HybridRunner::Create({"cuda:0", "cpu"}, made.maker(1.0f), {1, 32}, 1e-3, nullptr);
   ASSERT_THAT(h.status(), IsOk());
   EXPECT_EQ((*h)->info().device, "cuda:0+cpu");
+  EXPECT_EQ((*h)->MemoryDevice(), "cuda:0");  // Memory() gives the first device's figures
   EXPECT_EQ((*h)->info().device_choice.reason, "hybrid");
   EXPECT_EQ((*h)->info().device_choice.timings.size(), 4u);
   const int cpu_before = made.runners[1]->runs, cuda_before = made.runners[0]->runs;

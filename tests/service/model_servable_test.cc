@@ -205,6 +205,29 @@ TEST_F(ModelServableTest, DeviceMemorySeriesGoWhenTheVersionsOnTheDeviceAreFreed
   EXPECT_THAT(metrics_->Scrape(), Not(HasSubstr("metalserve_device_memory_bytes{device=\"cpu\"")));
 }
 
+// One version freed while another stays on the device: the freed one's
+// figure goes, and the one still loaded reports the device's new figure
+// (from its idle loop, or from its batches while its queue is never empty).
+TEST_F(ModelServableTest, AVersionFreedBesideAnotherLeavesTheOthersNewFigure) {
+  reserved_ = 123;
+  const auto wait_for = [&](const std::string& series) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (!absl::StrContains(metrics_->Scrape(), series) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return absl::StrContains(metrics_->Scrape(), series);
+  };
+  ASSERT_TRUE(wait_for(R"(metalserve_device_memory_bytes{device="cpu",kind="reserved"} 123)"));
+  reserved_ = 77;  // what the device holds once a is freed
+  ASSERT_TRUE(manager_->Unload("a").ok());
+  ASSERT_TRUE(manager_->WaitUntilReleased("a", absl::Seconds(10)));
+  v1::PredictResponse r;
+  ASSERT_TRUE(Predict("b", 1.0f, &r).ok());  // b is still served, and reports
+  EXPECT_TRUE(wait_for(R"(metalserve_device_memory_bytes{device="cpu",kind="reserved"} 77)"))
+      << metrics_->Scrape();
+  EXPECT_THAT(metrics_->Scrape(), Not(HasSubstr("} 123")));
+}
+
 }  // namespace
 }  // namespace metalserve
 
