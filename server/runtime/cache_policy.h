@@ -183,10 +183,10 @@ class CacheUser {
 
 // The policies of the devices, one per resolved device name ("cpu",
 // "cuda:0", "mps"), shared by every runner on the device (the repository
-// keeps one next to its DeviceThreads). A device's policy is made by its
-// first runner, from that runner's options and memory ops, and freed with
-// its last user; a later runner on the device shares it as it is (the
-// cache flags are the server's, the same for every model).
+// keeps one in its DeviceThreads, server/model_loading.h). A device's
+// policy is made by its first runner, from that runner's options and memory
+// ops, and freed with its last user; a later runner on the device shares it
+// as it is (the cache flags are the server's, the same for every model).
 // Thread-safety: thread-safe. Destruction: policies handed out live on.
 class CachePolicies {
  public:
