@@ -41,6 +41,7 @@ RunnerMaker TorchRunnerMaker(RuntimeOptions defaults, DeviceThreads* threads) {
     ro.device_thread = nullptr;
     ro.device_thread_for = [threads](const std::string& device) { return threads->For(device); };
     ro.device_key = absl::StrCat(spec.id.model, ":", spec.id.version);
+    ro.cache_policies = threads->cache_policies();
     return CreateTorchRunner(ro);
   };
 }

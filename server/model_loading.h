@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/metrics/metrics.h"
 #include "server/repository/model_repository.h"
+#include "server/runtime/cache_policy.h"
 #include "server/runtime/device_thread.h"
 #include "server/runtime/torch_runner.h"
 #include "server/service/model_lookup.h"
@@ -28,7 +29,8 @@ namespace metalserve {
 // name device choice resolved, not the one asked for), shared by every model
 // on that device: a model asking "auto" and one asking "cpu" both served by
 // the CPU share its thread. Created on first use, with one log line
-// ("device thread for cpu started ..."). Thread-safety: thread-safe.
+// ("device thread for cpu started ..."); and the device's one cache
+// policy the same way (cache_policies()). Thread-safety: thread-safe.
 // Destruction: drops its references; each thread ends with its last runner.
 class DeviceThreads {
  public:
@@ -39,11 +41,15 @@ class DeviceThreads {
     absl::MutexLock l(&mu_);
     order_ = order;
   }
+  // The devices' cache policies, one per device as the threads are
+  // (cache_policy.h): every model on a device shares its cache clearing.
+  CachePolicies* cache_policies() { return &cache_policies_; }
 
  private:
   absl::Mutex mu_;
   FairQueue::Order order_ ABSL_GUARDED_BY(mu_) = FairQueue::Order::kFair;
   std::map<std::string, std::shared_ptr<DeviceThread>> threads_ ABSL_GUARDED_BY(mu_);
+  CachePolicies cache_policies_;
 };
 
 // Makes torch runners for repository models: `defaults` (from the flags)

@@ -55,7 +55,54 @@ bool CachePolicy::Supported() {
   return false;
 }
 
-void CachePolicy::BetweenBatches(bool idle) {
+int64_t CachePolicy::Join() {
+  absl::MutexLock lock(&mu_);
+  const int64_t id = next_user_++;
+  users_[id] = UserState{};
+  return id;
+}
+
+void CachePolicy::Leave(int64_t user) {
+  absl::MutexLock lock(&mu_);
+  users_.erase(user);
+}
+
+int CachePolicy::users() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(users_.size());
+}
+
+void CachePolicy::WorkStarted(int64_t user) {
+  absl::MutexLock lock(&mu_);
+  auto it = users_.find(user);
+  if (it != users_.end()) ++it->second.in_flight;
+}
+
+void CachePolicy::WorkEnded(int64_t user) {
+  absl::MutexLock lock(&mu_);
+  auto it = users_.find(user);
+  if (it != users_.end() && it->second.in_flight > 0) --it->second.in_flight;
+}
+
+void CachePolicy::BetweenBatches(int64_t user, bool idle) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = users_.find(user);
+    if (it != users_.end()) it->second.reported_busy = !idle;
+  }
+  Report(idle);
+}
+
+void CachePolicy::BetweenBatches(bool idle) { Report(idle); }
+
+bool CachePolicy::DeviceIdle() const {
+  for (const auto& [id, u] : users_) {
+    if (u.reported_busy || u.in_flight > 0) return false;
+  }
+  return true;
+}
+
+void CachePolicy::Report(bool idle) {
   if (!Supported()) return;
   bool over = false;
   if (options_.memory_watermark > 0.0) {
@@ -67,7 +114,8 @@ void CachePolicy::BetweenBatches(bool idle) {
   Trigger trigger;
   {
     absl::MutexLock lock(&mu_);
-    trigger = Decide(idle, over);
+    trigger = Decide(idle && DeviceIdle(), over);
+    if (trigger != kNone) clearing_ = true;
   }
   if (trigger != kNone) Clear(trigger);
 }
@@ -75,6 +123,7 @@ void CachePolicy::BetweenBatches(bool idle) {
 CachePolicy::Trigger CachePolicy::Decide(bool idle, bool over_watermark) {
   ++batches_since_every_n_;
   if (over_watermark) watermark_pending_ = true;
+  if (clearing_) return kNone;  // another caller is clearing right now
   if (options_.empty_cache_every > 0 &&
       batches_since_every_n_ >= options_.empty_cache_every) {
     return kTEveryN;
@@ -90,6 +139,11 @@ CachePolicy::Trigger CachePolicy::Decide(bool idle, bool over_watermark) {
 
 void CachePolicy::OnOutOfMemory() {
   if (!Supported()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (clearing_) return;  // folds into the clearing under way
+    clearing_ = true;
+  }
   Clear(kTOom);
 }
 
@@ -103,6 +157,7 @@ void CachePolicy::Clear(Trigger trigger) {
     if (trigger == kTEveryN) batches_since_every_n_ = 0;
     watermark_pending_ = false;
     last_clear_ = end;
+    clearing_ = false;
   }
   VLOG(1) << "emptied " << options_.device_name << " cache (trigger "
           << kTriggerNames[trigger] << ") in "
@@ -117,6 +172,38 @@ int64_t CachePolicy::clears(absl::string_view trigger) const {
     if (trigger.empty() || trigger == kTriggerNames[i]) total += counts_[i];
   }
   return total;
+}
+
+absl::StatusOr<std::shared_ptr<CachePolicy>> CachePolicies::For(
+    const std::string& device, CachePolicyOptions options,
+    std::shared_ptr<DeviceMemoryOps> ops) {
+  absl::MutexLock lock(&mu_);
+  std::weak_ptr<CachePolicy>& slot = policies_[device];
+  if (std::shared_ptr<CachePolicy> live = slot.lock()) return live;
+  // The policy and the ops it uses, freed together with the last user.
+  struct Owned {
+    std::shared_ptr<DeviceMemoryOps> ops;
+    std::unique_ptr<CachePolicy> policy;
+  };
+  auto owned = std::make_shared<Owned>();
+  owned->ops = std::move(ops);
+  absl::StatusOr<std::unique_ptr<CachePolicy>> made =
+      CachePolicy::Create(std::move(options), owned->ops.get());
+  if (!made.ok()) {
+    policies_.erase(device);
+    return made.status();
+  }
+  owned->policy = std::move(made).value();
+  std::shared_ptr<CachePolicy> policy(owned, owned->policy.get());
+  slot = policy;
+  return policy;
+}
+
+int CachePolicies::size() const {
+  absl::MutexLock lock(&mu_);
+  int live = 0;
+  for (const auto& [device, p] : policies_) live += p.expired() ? 0 : 1;
+  return live;
 }
 
 }  // namespace metalserve

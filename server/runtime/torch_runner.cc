@@ -157,7 +157,11 @@ std::vector<at::Tensor> TorchRunner::HostCopies(
 absl::StatusOr<std::vector<Tensor>> TorchRunner::RunHost(
     const std::vector<at::Tensor>& host) {
   absl::StatusOr<std::vector<Tensor>> result;
+  // Busy for the device's cache policy from here: another model's idle
+  // moment must not clear the cache under this batch.
+  cache_policy_->WorkStarted();
   const absl::Status posted = ServeOnDevice([&] { result = Serve(host); });
+  cache_policy_->WorkEnded();
   if (!posted.ok()) return posted;
   if (result.status().code() == absl::StatusCode::kResourceExhausted) {
     cache_policy_->OnOutOfMemory();

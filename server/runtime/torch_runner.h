@@ -204,6 +204,12 @@ struct RuntimeOptions {
   // probe (device_choice.h) runs on its thread too. The repository passes
   // DeviceThreads::For (server/model_loading.h).
   std::function<std::shared_ptr<DeviceThread>(const std::string& device)> device_thread_for;
+  // Optional, not owned: the devices' cache policies, so every runner on a
+  // device shares the device's one policy (cache_policy.h), looked up by
+  // the resolved device name; the first runner's cache options make it.
+  // nullptr: the runner has a policy of its own. The repository passes
+  // DeviceThreads::cache_policies() (server/model_loading.h).
+  CachePolicies* cache_policies = nullptr;
   // Optional; see ForwardObserver.
   ForwardObserver forward_observer;
 };

@@ -40,9 +40,9 @@ namespace metalserve::torch_internal {
 // thread, the forward path, warm-up and the cache policy; they differ in how
 // the model is loaded and verified (torch_runner_load.cc, aoti_runner.cc).
 //
-// Ownership: owns the module, the forward path and the cache policy; shares
-// the TorchDevice (and through it the DeviceThread) with every runner on the
-// device.
+// Ownership: owns the module and the forward path; shares the TorchDevice
+// (and through it the DeviceThread) and the device's cache policy (as one
+// of its users, cache_policy.h) with every runner on the device.
 // Thread-safety: Run, RunBatch, Memory and BetweenBatches are thread-safe;
 // all device work is posted to the device thread and waited for.
 // Destruction: releases the module on the device thread (no Run may be in
@@ -148,7 +148,7 @@ class TorchRunner final : public Runner {
   std::unique_ptr<ForwardPath> path_;
   std::optional<torch::jit::Module> module_;
   std::optional<CompiledPackage> package_;  // set instead of module_ for a .pt2
-  std::unique_ptr<CachePolicy> cache_policy_;
+  std::unique_ptr<CacheUser> cache_policy_;  // this runner in its device's policy
   std::string device_key_;  // RuntimeOptions::device_key
 };
 

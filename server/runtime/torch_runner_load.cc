@@ -203,8 +203,13 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   }
   path_ = std::make_unique<ForwardPath>(device_, options.channels_last,
                                         options.forward_observer);
-  ASSIGN_OR_RETURN(cache_policy_,
-                   CachePolicy::Create(CacheOptions(options, info_.device), device_.get()));
+  // The device's one cache policy, shared with every runner on it
+  // (cache_policy.h); without a registry, a policy of this runner's own.
+  CachePolicies own;
+  CachePolicies* policies = options.cache_policies != nullptr ? options.cache_policies : &own;
+  ASSIGN_OR_RETURN(std::shared_ptr<CachePolicy> policy,
+                   policies->For(info_.device, CacheOptions(options, info_.device), device_));
+  cache_policy_ = std::make_unique<CacheUser>(std::move(policy));
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -390,6 +391,42 @@ TEST(TorchRunnerTest, CpuMemoryReportsResidentOnlyAndCacheClearingIsNoOp) {
   runner->BetweenBatches(true);
   runner->BetweenBatches(false);
   EXPECT_EQ(clears, 0);
+}
+
+// Runners on one device join the device's one cache policy (cache_policy.h),
+// by the resolved name, and leave it when freed; the policy goes with the
+// last of them.
+TEST(TorchRunnerTest, RunnersOnADeviceShareItsCachePolicy) {
+  class NoOps : public DeviceMemoryOps {
+   public:
+    bool SupportsEmptyCache() const override { return false; }
+    void EmptyCache() override {}
+    MemoryStats Stats() override { return {}; }
+  };
+  CachePolicies policies;
+  RuntimeOptions o = Options("identity");
+  o.device = "cpu";
+  o.cache_policies = &policies;
+  auto a = MustCreate(o);
+  auto b = MustCreate(o);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(policies.size(), 1);
+  std::weak_ptr<CachePolicy> cpu;
+  {
+    auto policy = policies.For("cpu", {}, std::make_shared<NoOps>());
+    ASSERT_THAT(policy, IsOk());
+    EXPECT_EQ((*policy)->users(), 2);
+    cpu = *policy;
+  }
+  ASSERT_THAT(a->Run({Floats({1, 4}, {1, 2, 3, 4})}), IsOk());
+  b->BetweenBatches(/*idle=*/true);
+  a.reset();
+  ASSERT_FALSE(cpu.expired());
+  EXPECT_EQ(cpu.lock()->users(), 1);
+  b.reset();
+  EXPECT_TRUE(cpu.expired());
+  EXPECT_EQ(policies.size(), 0);
 }
 
 // bf16 serving returns float32 values close to the fp32 model's: within
