@@ -1,13 +1,32 @@
 #include "server/batcher/batch_queue.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace metalserve {
+
+namespace {
+
+// The largest row count in [1, max] for which `fits` holds, taking the cost
+// behind `fits` as rising with rows; 1 when none does.
+template <typename Fits>
+int64_t LargestFitting(int64_t max, Fits fits) {
+  int64_t lo = 1, hi = max;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (fits(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+}  // namespace
 
 BatchQueue::BatchQueue(BatcherOptions options)
     : options_(std::move(options)),
@@ -111,16 +130,9 @@ int64_t BatchQueue::MaxRows() const {
   if (options_.latency_target <= absl::ZeroDuration() || !adaptive_) {
     return options_.max_batch_size;
   }
-  int64_t lo = 1, hi = options_.max_batch_size;  // cost is taken as rising
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (2 * adaptive_->CostOf(mid) <= options_.latency_target) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
+  return LargestFitting(options_.max_batch_size, [this](int64_t m) {
+    return 2 * adaptive_->CostOf(m) <= options_.latency_target;
+  });
 }
 
 absl::Duration BatchQueue::EstimateCompletion(int64_t rows_through, absl::Time now) const {
@@ -230,16 +242,9 @@ int64_t BatchQueue::LowerBatchCap() const {
   const absl::Duration budget = options_.priority_lower_batch_cost;
   const std::vector<int64_t>& sizes = options_.allowed_batch_sizes;
   if (sizes.empty()) {
-    int64_t lo = 1, hi = options_.max_batch_size;  // cost is taken as rising
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (adaptive_->DeviceCostOf(mid) <= budget) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    return lo;
+    return LargestFitting(options_.max_batch_size, [&](int64_t m) {
+      return adaptive_->DeviceCostOf(m) <= budget;
+    });
   }
   int64_t cap = sizes.front();  // none fits: the lower levels still move
   for (int64_t size : sizes) {
