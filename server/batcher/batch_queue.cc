@@ -135,19 +135,47 @@ int64_t BatchQueue::MaxRows() const {
   });
 }
 
-absl::Duration BatchQueue::EstimateCompletion(int64_t rows_through, absl::Time now) const {
-  const int64_t cap = MaxRows();
-  const int64_t whole = (rows_through - 1) / cap;  // full batches before its own
-  const int64_t last = rows_through - whole * cap;
+BatchQueue::BatchPlan BatchQueue::PlanThrough(int level, int64_t rows, absl::Time now) const {
+  std::vector<int64_t> left(level_rows_.begin(), level_rows_.begin() + level);
+  left.back() += rows;  // the request comes last at its level
+  BatchPlan plan;
+  const auto ahead = [&](int64_t size, int64_t count) {
+    plan.batches_before += count;
+    plan.cost_before += count * adaptive_->CostOf(size);
+    plan.device_before += count * adaptive_->DeviceCostOf(size);
+  };
+  int64_t last = 0;  // the batch formed last so far
+  for (int h = 1; h <= level; ++h) {
+    if (left[h - 1] == 0) continue;  // none, or all rode in higher batches
+    if (last > 0) ahead(last, 1);
+    // Batches headed by level h: whole ones of its cap, then one of the
+    // rest that lower rows fill while the cap and the fill ratio allow.
+    const int64_t cap = CapFor(h, now);
+    const int64_t whole = (left[h - 1] - 1) / cap;
+    ahead(cap, whole);
+    last = left[h - 1] - whole * cap;
+    left[h - 1] = 0;
+    const int64_t fill_to = FillLimit(last, cap);
+    for (int l = h + 1; l <= level && last < fill_to; ++l) {
+      const int64_t take = std::min(left[l - 1], fill_to - last);
+      last += take;
+      left[l - 1] -= take;
+    }
+  }
+  plan.own_rows = last;
+  return plan;
+}
+
+absl::Duration BatchQueue::EstimateCompletion(const BatchPlan& plan, absl::Time now) const {
   const absl::Duration busy = std::max(adaptive_->device_free_at() - now, absl::ZeroDuration());
   // Executors run batches side by side: the work before the request's own
   // batch is shared among them, then its batch takes its whole cost.
   const int executors = options_.num_executors;
   const absl::Duration spread =
-      (busy + whole * adaptive_->CostOf(cap)) / executors + adaptive_->CostOf(last);
+      (busy + plan.cost_before) / executors + adaptive_->CostOf(plan.own_rows);
   // The device runs one forward at a time, whatever the executors do.
-  const absl::Duration device = busy + whole * adaptive_->DeviceCostOf(cap) +
-                                adaptive_->DeviceCostOf(last);
+  const absl::Duration device =
+      busy + plan.device_before + adaptive_->DeviceCostOf(plan.own_rows);
   return std::max(spread, device);
 }
 
@@ -155,7 +183,8 @@ absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Ti
   if (options_.latency_target <= absl::ZeroDuration() || !adaptive_) return absl::OkStatus();
   int64_t ahead = 0;
   for (int l = 1; l <= task.priority_level; ++l) ahead += level_rows_[l - 1];
-  const absl::Duration estimate = EstimateCompletion(ahead + task.rows(), now);
+  const BatchPlan plan = PlanThrough(task.priority_level, task.rows(), now);
+  const absl::Duration estimate = EstimateCompletion(plan, now);
   // With nothing queued ahead, only the caller's deadline refuses: the
   // estimate is then the cost curve's alone, and running the request is
   // what corrects a curve that one slow batch inflated (before this, an
@@ -163,15 +192,16 @@ absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Ti
   const absl::Time deadline = ahead == 0 ? task.EffectiveDeadline()
       : std::min(task.EffectiveDeadline(), now + options_.latency_target);
   if (now + estimate <= deadline) return absl::OkStatus();
-  const int64_t cap = MaxRows();
+  const int64_t cap = CapFor(task.priority_level, now);
   return absl::DeadlineExceededError(absl::StrCat(
       "refused at once: estimated to finish in ", absl::FormatDuration(estimate), " (device busy ",
       absl::FormatDuration(std::max(adaptive_->device_free_at() - now, absl::ZeroDuration())),
-      ", ", ahead, " rows queued ahead at priority <= ", task.priority_level,
-      ", batches of up to ", cap, " rows at ", absl::FormatDuration(adaptive_->CostOf(cap)),
-      " on ", options_.num_executors, " executor(s)), after its deadline in ",
-      absl::FormatDuration(deadline - now), " (latency_target ",
-      absl::FormatDuration(options_.latency_target), ")"));
+      ", ", ahead, " rows queued ahead at priority <= ", task.priority_level, " in ",
+      plan.batches_before, " batch(es) before its own of ", plan.own_rows,
+      " rows, its level's batches of up to ", cap, " rows at ",
+      absl::FormatDuration(adaptive_->CostOf(cap)), " on ", options_.num_executors,
+      " executor(s)), after its deadline in ", absl::FormatDuration(deadline - now),
+      " (latency_target ", absl::FormatDuration(options_.latency_target), ")"));
 }
 
 absl::Status BatchQueue::AdmitAtLevel(BatchTask* task, absl::Time now) {
@@ -259,8 +289,22 @@ bool BatchQueue::FillFits(int64_t rows, int64_t own, int64_t add) const {
          options_.priority_fill_cost_ratio * absl::ToDoubleSeconds(adaptive_->DeviceCostOf(own));
 }
 
+int64_t BatchQueue::CapFor(int level, absl::Time now) const {
+  const int64_t max_rows = MaxRows();
+  if (options_.priority_lower_batch_cost <= absl::ZeroDuration() || !adaptive_ ||
+      !HigherLevelActive(level, now)) {
+    return max_rows;
+  }
+  return std::min(max_rows, LowerBatchCap());
+}
+
+int64_t BatchQueue::FillLimit(int64_t own, int64_t cap) const {
+  const int64_t fits = LargestFitting(cap, [&](int64_t m) { return FillFits(0, own, m); });
+  return std::max(own, fits);
+}
+
 std::vector<size_t> BatchQueue::Pick(size_t head, absl::Time now, int64_t* rows,
-                                     bool* full) const {
+                                     std::optional<CloseReason>* closed) const {
   const absl::string_view key = tasks_[head]->batch_key();
   std::vector<size_t> order;
   for (size_t i = 0; i < tasks_.size(); ++i) {
@@ -272,28 +316,27 @@ std::vector<size_t> BatchQueue::Pick(size_t head, absl::Time now, int64_t* rows,
   order.insert(order.begin(), head);
   std::vector<size_t> picked;
   const int level = tasks_[head]->priority_level;
-  int64_t cap = MaxRows();
-  if (options_.priority_lower_batch_cost > absl::ZeroDuration() && adaptive_ &&
-      HigherLevelActive(level, now)) {
-    cap = std::min(cap, LowerBatchCap());
-  }
   // A split piece has max_batch_size rows: under a smaller cap it runs alone.
-  cap = std::max(cap, tasks_[head]->rows());
+  // `limit` is the size without priority isolation, `cap` the size with it:
+  // a batch that stops below `limit` only because of isolation closes as
+  // kPriorityCap, so the metric shows the rule at work.
+  const int64_t limit = std::max(MaxRows(), tasks_[head]->rows());
+  const int64_t cap = std::max(CapFor(level, now), tasks_[head]->rows());
   *rows = 0;
-  *full = false;
+  closed->reset();
   int64_t own = 0;  // rows of the head's level or above
   for (size_t i : order) {
     const int64_t add = tasks_[i]->rows();
     const bool fill = tasks_[i]->priority_level > level;
     if (*rows + add > cap || (fill && !FillFits(*rows, own, add))) {
-      *full = true;
+      *closed = *rows + add > limit ? CloseReason::kFull : CloseReason::kPriorityCap;
       break;
     }
     *rows += add;
     if (!fill) own += add;
     picked.push_back(i);
     if (*rows >= cap) {
-      *full = true;
+      *closed = *rows >= limit ? CloseReason::kFull : CloseReason::kPriorityCap;
       break;
     }
   }
@@ -325,11 +368,11 @@ Batch BatchQueue::TakeBatch(const std::vector<size_t>& picked, int64_t rows) {
 
 std::optional<CloseReason> BatchQueue::Consider(size_t head, absl::Time now, bool draining,
                                                Candidate* c, absl::Time* wake_at) const {
-  bool full = false;
-  c->picked = Pick(head, now, &c->rows, &full);
+  std::optional<CloseReason> closed;
+  c->picked = Pick(head, now, &c->rows, &closed);
   absl::Time oldest = absl::InfiniteFuture();
   for (size_t i : c->picked) oldest = std::min(oldest, tasks_[i]->enqueue_time);
-  if (full) return CloseReason::kFull;
+  if (closed.has_value()) return closed;
   if (draining) return CloseReason::kDraining;
   if (adaptive_ && options_.policy == BatchingPolicy::kAdaptive &&
       tasks_[head]->priority_level < options_.priority_levels) {

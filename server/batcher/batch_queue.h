@@ -34,12 +34,24 @@
 //    concern; a higher level's request waited for the busy executor to come
 //    back (up to a whole batch's occupancy) before this.
 //  * With a latency_target: see BatcherOptions::latency_target. The estimate
-//    of a request's completion at admission: the rows queued at its level or
-//    higher and its own, in batches of the capped size, each at the cost
-//    curve's figure (executor occupancy, per-batch overhead included); the
-//    work in flight (SetDeviceFreeAt) and the batches before its own are
-//    shared among num_executors executors, then its own batch runs; and
-//    never less than the device's forwards of all of them one after another.
+//    of a request's completion at admission: the work ahead of it is the
+//    rows queued at its level or higher (lower levels' rows are not ahead of
+//    it: they only fill room), then its own rows, last at its level. These
+//    are packed into batches the way Pick forms them, level by level from
+//    level 1: a batch headed by level h takes at most CapFor(h) rows
+//    (MaxRows, the latency target's size, and while the lower-batch cap
+//    applies to h at most that cap), first level h's rows, then those of
+//    the levels below down to the request's while the fill ratio lets them
+//    join. So each level's rows are counted at the size its batches will
+//    have: a higher level's at its own (level 1's never capped), the
+//    request's capped while a level above it is active. Each batch at the
+//    cost curve's figure (executor occupancy, per-batch overhead included);
+//    the work in flight (SetDeviceFreeAt) and the batches before its own
+//    are shared among num_executors executors, then its own batch runs; and
+//    never less than the device's forwards of all of them one after
+//    another. Not modelled: the tasks' keys and row granularity (rows are
+//    packed one by one), the starvation bound, and rows arriving or queued
+//    behind it that will join its batch.
 //  * Priority isolation (both off by default; measured on the GPU host,
 //    ResNet-50 batch 256 at 34 ms: without them level 1's p99 under
 //    saturation was 68-92 ms, because a level-1 arrival waits behind a whole
@@ -71,8 +83,13 @@
 //       so lower rows ride in the higher level's room without making its
 //       batch cost more than R times what the higher rows alone cost (before
 //       this a single level-1 row was filled to a 34 ms batch of 256).
-//    Both close the batch at once (kFull) where they stop it: it can take no
-//    more of what waits. Simulated for the H200 (tests/batcher/
+//    Both close the batch at once where they stop it: it can take no more of
+//    what waits. The reason is kPriorityCap ("priority_cap" in
+//    metalserve_batches_total{reason}, so isolation shows in the metric)
+//    when the batch stops below the size it would have without them (a
+//    batch that reaches max_batch_size, or MaxRows under a latency target,
+//    is kFull as before). Under a latency target the admission estimate
+//    counts both (above). Simulated for the H200 (tests/batcher/
 //    priority_isolation_test.cc: 256 level-2 clients in a closed loop,
 //    level 1 Poisson at 10 % of level 2's throughput alone, two executors,
 //    one device): level 1's p99 75.0 ms off (10.6x its idle 7.1 ms), 11.6 ms
@@ -250,18 +267,34 @@ class BatchQueue {
   // Under a latency target: DEADLINE_EXCEEDED with the estimate when `task`
   // (level set) cannot finish before its deadline or now + target.
   absl::Status CheckCompletionEstimate(const BatchTask& task, absl::Time now) const;
-  // Under a latency target: how long until the first `rows_through` queued
-  // rows (in priority order) are done: the work in flight and the batches
-  // ahead spread over the executors, but never less than the device's
-  // forwards one after another.
-  absl::Duration EstimateCompletion(int64_t rows_through, absl::Time now) const;
+  // The batches a request of `rows` rows at `level`, admitted at `now`, is
+  // expected to wait for and run in (the latency_target item of the file
+  // comment); needs the cost curve.
+  struct BatchPlan {
+    int64_t batches_before = 0;     // batches ahead of the request's own
+    absl::Duration cost_before;     // their CostOf, summed
+    absl::Duration device_before;   // their DeviceCostOf, summed
+    int64_t own_rows = 0;           // rows of the request's own batch
+  };
+  BatchPlan PlanThrough(int level, int64_t rows, absl::Time now) const;
+  // Under a latency target: how long until `plan`'s request is done: the
+  // work in flight and the batches ahead spread over the executors, but
+  // never less than the device's forwards one after another.
+  absl::Duration EstimateCompletion(const BatchPlan& plan, absl::Time now) const;
   // Checks the level's own bound and sets the task's level fields.
   absl::Status AdmitAtLevel(BatchTask* task, absl::Time now);
   // Index in tasks_ of the task that heads the next batch.
   size_t HeadIndex() const;
   // The head and the tasks of its key that join it at `now`, in batch order;
-  // `full` says the batch cannot take more.
-  std::vector<size_t> Pick(size_t head, absl::Time now, int64_t* rows, bool* full) const;
+  // `*closed` is set when the batch cannot take more: kFull at its size
+  // (max_batch_size, or MaxRows under a latency target), kPriorityCap where
+  // the lower-batch cap or the fill ratio stops it below that.
+  std::vector<size_t> Pick(size_t head, absl::Time now, int64_t* rows,
+                           std::optional<CloseReason>* closed) const;
+  // Most rows of a batch headed by a task of `level` at `now`: MaxRows(),
+  // or at most LowerBatchCap() while the lower-batch cap applies (it is on
+  // and a level above `level` is active).
+  int64_t CapFor(int level, absl::Time now) const;
   // Whether a level above `level` had a request admitted within
   // priority_active_window before `now`.
   bool HigherLevelActive(int level, absl::Time now) const;
@@ -271,6 +304,10 @@ class BatchQueue {
   // Whether a lower-level task of `add` rows may join a batch of `rows` rows
   // of which `own` are of the head's level or above (the fill ratio).
   bool FillFits(int64_t rows, int64_t own, int64_t add) const;
+  // Most rows (at least `own`, at most `cap`) that a batch with `own` rows
+  // of the head's level or above may reach with lower rows under the fill
+  // ratio; `cap` when the ratio is off.
+  int64_t FillLimit(int64_t own, int64_t cap) const;
   // A batch headed by tasks_[head]: why it closes now, or nothing (and
   // when to look again in `*wake_at`).
   struct Candidate {

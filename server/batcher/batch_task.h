@@ -77,6 +77,8 @@ enum class CloseReason {
   kNoDelay,       // executor free, max_queue_delay is zero: take what waits
   kDraining,      // shutting down: run what was accepted without waiting
   kNoGain,        // adaptive: waiting for more rows is not expected to pay
+  kPriorityCap,   // priority isolation stopped it below its size otherwise:
+                  // the lower-batch cap or the fill ratio (batch_queue.h)
 };
 absl::string_view CloseReasonName(CloseReason reason);
 

@@ -19,6 +19,7 @@ absl::string_view CloseReasonName(CloseReason reason) {
     case CloseReason::kNoDelay: return "no_delay";
     case CloseReason::kDraining: return "draining";
     case CloseReason::kNoGain: return "no_gain";
+    case CloseReason::kPriorityCap: return "priority_cap";
   }
   return "unknown";
 }

@@ -22,7 +22,7 @@
 //   batch_padding_rows_total               [model] counter
 //   batches_total{reason}                  [model] counter, why each batch
 //                                          closed (full, delay_expired,
-//                                          no_delay, draining, no_gain, other)
+//                                          no_delay, draining, no_gain, priority_cap, other)
 //   queue_depth_rows                       [model] gauge
 //   queue_capacity_rows                    [model] gauge: the version's
 //                                          max_queue_size

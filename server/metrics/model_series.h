@@ -37,8 +37,9 @@ inline constexpr std::array<const char*, 3> kInferenceMethods = {"Predict", "Mod
                                                                  "http_ModelInfer"};
 // The batcher's close reasons (batch_queue.h's CloseReasonName), then the
 // one any other reason is counted under.
-inline constexpr std::array<const char*, 6> kBatchReasons = {
-    "full", "delay_expired", "no_delay", "draining", "no_gain", kOverflowLabelValue};
+inline constexpr std::array<const char*, 7> kBatchReasons = {
+    "full", "delay_expired", "no_delay", "draining", "no_gain", "priority_cap",
+    kOverflowLabelValue};
 
 struct ModelSeries {
   std::array<MethodSeries, kInferenceMethods.size()> methods{};

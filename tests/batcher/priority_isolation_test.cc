@@ -1,8 +1,10 @@
 // Priority isolation in the BatchQueue, on simulated time: the lower-batch
 // cap (only while a higher level is active, sized from the cost curve), the
-// fill ratio, both off = the batches of before, the starvation bound with
-// them on, and a simulation of the H200 case (ResNet-50, 90 % of the
-// arrivals at level 2) that shows level 1's p99 falling.
+// fill ratio, both off = the batches of before, the close reason of the
+// batches they stop, the latency target's admission estimate under them,
+// the starvation bound with them on, and a simulation of the H200 case
+// (ResNet-50, 90 % of the arrivals at level 2) that shows level 1's p99
+// falling.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -93,7 +95,7 @@ TEST(PriorityIsolationTest, LowerBatchIsCappedOnlyWhileAHigherLevelIsActive) {
   EXPECT_THAT(DrainRows(q, high_at + 100 * kMs), ElementsAre(8));
 }
 
-TEST(PriorityIsolationTest, CappedBatchClosesAtOnceAsFull) {
+TEST(PriorityIsolationTest, CappedBatchClosesAtOnceAsPriorityCap) {
   BatcherOptions o = TwoLevels();
   o.max_queue_delay = absl::Seconds(1);  // a partial batch would wait
   o.priority_lower_batch_cost = 2 * kMs;
@@ -104,9 +106,9 @@ TEST(PriorityIsolationTest, CappedBatchClosesAtOnceAsFull) {
   ASSERT_EQ(NextBatch(q, kT0 + absl::Seconds(1))->rows, 2);
   AdmitRows(q, 3, 2, 200, kT0 + absl::Seconds(1));
   std::optional<Batch> b = NextBatch(q, kT0 + absl::Seconds(1));
-  ASSERT_TRUE(b.has_value()) << "capped at 2 rows: full, not waiting the delay";
+  ASSERT_TRUE(b.has_value()) << "capped at 2 rows: closed, not waiting the delay";
   EXPECT_EQ(b->rows, 2);
-  EXPECT_EQ(b->reason, CloseReason::kFull);
+  EXPECT_EQ(CloseReasonName(b->reason), "priority_cap");
 }
 
 TEST(PriorityIsolationTest, CapIsTheLargestAllowedSizeWhoseDeviceCostFits) {
@@ -179,7 +181,7 @@ TEST(PriorityIsolationTest, FillRatioBoundsTheLowerRowsInAHigherBatch) {
   std::optional<Batch> b = NextBatch(q, kT0);
   ASSERT_TRUE(b.has_value());
   EXPECT_THAT(Ids(*b), ElementsAre(100, 200, 201, 202));
-  EXPECT_EQ(b->reason, CloseReason::kFull);
+  EXPECT_EQ(CloseReasonName(b->reason), "priority_cap");
   // R 2: 4 ms, the whole batch of 8.
   BatchQueue wide(FillCosts(2));
   AdmitRows(wide, 8, 2, 200, kT0);
@@ -212,6 +214,117 @@ TEST(PriorityIsolationTest, FlagsOffKeepTheBatchesOfBefore) {
   AdmitRows(q, 8, 2, 210, kT0);
   Admit(q, 1, 1, 101, kT0);
   EXPECT_THAT(Ids(*NextBatch(q, kT0)), ElementsAre(101, 210, 211, 212, 213, 214, 215, 216));
+}
+
+TEST(PriorityIsolationTest, OnlyBatchesIsolationStopsCountAsPriorityCap) {
+  // Cap 4 rows (4 ms) while level 1 is active; ratio 1.5: a batch of two
+  // level-1 rows (2 ms) takes no lower row (3 rows pad to 4: 4 ms > 3 ms).
+  BatcherOptions o = TwoLevels();
+  o.max_queue_delay = absl::Seconds(1);  // nothing closes for the delay here
+  o.priority_lower_batch_cost = 4 * kMs;
+  o.priority_fill_cost_ratio = 1.5;
+  o.priority_active_window = 100 * kMs;
+  BatchQueue q(o);
+  AdmitRows(q, 6, 2, 200, kT0);
+  AdmitRows(q, 2, 1, 100, kT0);
+  std::optional<Batch> b = NextBatch(q, kT0);
+  ASSERT_TRUE(b.has_value()) << "the fill ratio stops it";
+  EXPECT_THAT(Ids(*b), ElementsAre(100, 101));
+  EXPECT_EQ(CloseReasonName(b->reason), "priority_cap");
+  b = NextBatch(q, kT0);
+  ASSERT_TRUE(b.has_value()) << "the lower-batch cap stops it";
+  EXPECT_EQ(b->rows, 4);
+  EXPECT_EQ(CloseReasonName(b->reason), "priority_cap");
+  // Level 1 with max_batch_size rows, and level 2 after the window: full.
+  AdmitRows(q, 8, 1, 110, kT0);
+  b = NextBatch(q, kT0);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_THAT(Ids(*b), ElementsAre(110, 111, 112, 113, 114, 115, 116, 117));
+  EXPECT_EQ(CloseReasonName(b->reason), "full");
+  const absl::Time later = kT0 + 100 * kMs;
+  AdmitRows(q, 8, 2, 210, later);
+  b = NextBatch(q, later);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->rows, 8) << "2 left from before and 6 new";
+  EXPECT_EQ(CloseReasonName(b->reason), "full");
+}
+
+// --- The latency target's admission estimate under isolation -------------
+//
+// FillCosts' curve (1 row 2 ms, 2 rows 2.5 ms, 4 rows 3 ms, 8 rows 4 ms) and
+// a 10 ms target: batches of up to 8 rows (2 x 4 ms fit 10 ms). With the
+// lower-batch cap at 2.5 ms, level 2 runs in batches of 2 while level 1 is
+// active, each 2.5 ms: four of them take as long as the target.
+BatcherOptions TargetWithCap() {
+  BatcherOptions o = FillCosts(0);
+  o.latency_target = 10 * kMs;
+  o.priority_lower_batch_cost = absl::Microseconds(2500);
+  return o;
+}
+
+TEST(PriorityIsolationTest, LowerLevelEstimateCountsItsCappedBatches) {
+  BatchQueue q(TargetWithCap());
+  Admit(q, 1, 1, 100, kT0);  // level 1 is active from here
+  ASSERT_TRUE(NextBatch(q, kT0).has_value());
+  AdmitRows(q, 8, 2, 200, kT0);  // the eighth: 4 x 2.5 ms, just in time
+  // Uncapped, 8 rows ahead are one batch (4 ms) and its own 2 ms: 6 ms.
+  // Capped, four batches of 2 ahead: 10 ms + 2 ms.
+  std::unique_ptr<BatchTask> late = MakePriorityTask(1, 2, 208);
+  EXPECT_THAT(q.Admit(&late, kT0),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("estimated to finish in 12ms"),
+                             HasSubstr("8 rows queued ahead at priority <= 2 in 4 batch(es) "
+                                       "before its own of 1 rows"),
+                             HasSubstr("its level's batches of up to 2 rows at 2.5ms"))));
+  EXPECT_NE(late, nullptr);
+  // The batches the estimate counted are the ones that run.
+  EXPECT_THAT(DrainRows(q, kT0), ElementsAre(2, 2, 2, 2));
+  // Once level 1 is no longer active the batches are whole again, and so is
+  // the estimate: 4 ms + 2 ms.
+  const absl::Time quiet = kT0 + absl::Seconds(1);
+  AdmitRows(q, 8, 2, 210, quiet);
+  std::unique_ptr<BatchTask> fits = MakePriorityTask(1, 2, 218);
+  EXPECT_THAT(q.Admit(&fits, quiet), IsOk());
+  EXPECT_THAT(DrainRows(q, quiet), ElementsAre(8, 1));
+}
+
+TEST(PriorityIsolationTest, EstimateCountsHigherLevelRowsAheadAtTheirOwnBatchSize) {
+  // Level 1's rows ahead run in a whole batch (4 ms; its batches are never
+  // capped), only level 2's own in batches of 2.
+  BatchQueue q(TargetWithCap());
+  AdmitRows(q, 8, 1, 100, kT0);
+  // 4 ms + 2 ms, 2.5 ms, 2.5 + 2 ms, 2.5 + 2.5 ms: all within 10 ms.
+  AdmitRows(q, 4, 2, 200, kT0);
+  std::unique_ptr<BatchTask> late = MakePriorityTask(1, 2, 204);
+  EXPECT_THAT(q.Admit(&late, kT0),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("estimated to finish in 11ms"),
+                             HasSubstr("12 rows queued ahead at priority <= 2 in 3 batch(es)"))));
+  EXPECT_THAT(DrainRows(q, kT0), ElementsAre(8, 2, 2));
+}
+
+TEST(PriorityIsolationTest, EstimateLeavesOutOfAHigherBatchTheRowsTheFillRatioKeepsOut) {
+  // A 6 ms target (batches of up to 4 rows, 3 ms), the device busy 2 ms,
+  // two level-1 rows queued (2.5 ms). Ratio 1: two level-2 rows may not ride
+  // with them (4 rows, 3 ms > 2.5 ms) and need a batch of their own.
+  BatcherOptions o = FillCosts(1);
+  o.latency_target = 6 * kMs;
+  BatchQueue q(o);
+  AdmitRows(q, 2, 1, 100, kT0);
+  q.SetDeviceFreeAt(kT0 + 2 * kMs);
+  std::unique_ptr<BatchTask> late = MakePriorityTask(2, 2, 200);
+  EXPECT_THAT(q.Admit(&late, kT0),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("estimated to finish in 7ms"),
+                             HasSubstr("1 batch(es) before its own of 2 rows"))));
+  // Ratio 2 lets them ride (3 ms <= 5 ms): one batch of 4, 2 ms + 3 ms.
+  o.priority_fill_cost_ratio = 2;
+  BatchQueue wide(o);
+  AdmitRows(wide, 2, 1, 100, kT0);
+  wide.SetDeviceFreeAt(kT0 + 2 * kMs);
+  std::unique_ptr<BatchTask> rides = MakePriorityTask(2, 2, 200);
+  EXPECT_THAT(wide.Admit(&rides, kT0), IsOk());
+  EXPECT_THAT(Ids(*NextBatch(wide, kT0)), ElementsAre(100, 101, 200));
 }
 
 TEST(PriorityIsolationTest, StarvationBoundHoldsWithIsolationOn) {
