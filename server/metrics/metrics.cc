@@ -322,6 +322,12 @@ class ModelMetricsImpl final : public ModelMetrics {
   void SetQueueDepth(int64_t rows) override {
     series_.queue_depth->Set(static_cast<double>(rows));
   }
+  void DeviceBatch(absl::string_view device, int64_t rows, absl::Duration took) override {
+    const ModelSeries::DeviceSeries& d = series_.Device(device, metrics_->model_series().batches());
+    d.batches->Increment();
+    d.rows->Increment(static_cast<double>(rows));
+    d.busy->Increment(absl::ToDoubleSeconds(took));
+  }
 
  private:
   MetricsImpl* const metrics_;

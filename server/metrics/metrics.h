@@ -24,6 +24,13 @@
 //                                          closed (full, delay_expired,
 //                                          no_delay, draining, no_gain, priority_cap, other)
 //   queue_depth_rows                       [model] gauge
+//   device_batches_total{device},          [model] counters per device that
+//   device_batch_rows_total{device},       ran the version's batches (a
+//   device_busy_seconds_total{device}      hybrid's each; padded rows; the
+//                                          forward times' sum, so its rate
+//                                          is the share of time the device
+//                                          spent on this version); created
+//                                          with a device's first batch
 //   queue_capacity_rows                    [model] gauge: the version's
 //                                          max_queue_size
 //   inflight_requests                      gauge (every method)
@@ -168,6 +175,14 @@ class ModelMetrics {
                               absl::string_view reason,
                               absl::Duration compute) = 0;
   virtual void SetQueueDepth(int64_t rows) = 0;
+  // A batch of `rows` rows (padding included) that `device` ran
+  // successfully, its forward taking `took`: device_batches_total,
+  // device_batch_rows_total and device_busy_seconds_total. A hybrid model's
+  // batches are split over its devices; any other model's all go to its one
+  // device. Devices come from the runtime, never from a client (bounded by
+  // the devices of loaded versions). Default: nothing (fakes).
+  virtual void DeviceBatch(absl::string_view /*device*/, int64_t /*rows*/,
+                           absl::Duration /*took*/) {}
 };
 
 class Metrics {

@@ -105,7 +105,22 @@ BatchFamilies::BatchFamilies(prometheus::Registry& registry)
                          .Name("metalserve_queue_capacity_rows")
                          .Help("Rows a model version's batcher queue holds before refusing "
                                "requests (its max_queue_size).")
-                         .Register(registry)) {}
+                         .Register(registry)),
+      device_batches(prometheus::BuildCounter()
+                         .Name("metalserve_device_batches_total")
+                         .Help("Batches a device ran successfully, by model version and "
+                               "device (a hybrid model's are split over its devices).")
+                         .Register(registry)),
+      device_rows(prometheus::BuildCounter()
+                      .Name("metalserve_device_batch_rows_total")
+                      .Help("Rows, padding included, of the batches in "
+                            "metalserve_device_batches_total.")
+                      .Register(registry)),
+      device_busy(prometheus::BuildCounter()
+                      .Name("metalserve_device_busy_seconds_total")
+                      .Help("Forward time of the batches in metalserve_device_batches_total; "
+                            "its rate is the share of time the device spent on the version.")
+                      .Register(registry)) {}
 
 RuntimeFamilies::RuntimeFamilies(prometheus::Registry& registry)
     : device_memory(prometheus::BuildGauge()

@@ -120,8 +120,9 @@ struct RequestFamilies {
 
 // The batching edge, per model version (model_series.h adds the children):
 // queue_duration_seconds, compute_duration_seconds, batch_size_rows,
-// batch_padding_rows_total, batches_total{reason}, queue_depth_rows and
-// queue_capacity_rows, every one labelled {model,version}.
+// batch_padding_rows_total, batches_total{reason}, queue_depth_rows,
+// queue_capacity_rows and the device_* counters, every one labelled
+// {model,version}.
 struct BatchFamilies {
   explicit BatchFamilies(prometheus::Registry& registry);
 
@@ -132,6 +133,10 @@ struct BatchFamilies {
   prometheus::Family<prometheus::Counter>& batches;
   prometheus::Family<prometheus::Gauge>& queue_depth;
   prometheus::Family<prometheus::Gauge>& queue_capacity;
+  // Per device as well: {model,version,device}.
+  prometheus::Family<prometheus::Counter>& device_batches;
+  prometheus::Family<prometheus::Counter>& device_rows;
+  prometheus::Family<prometheus::Counter>& device_busy;
 };
 
 // The runtime edge: device_memory_bytes{device,kind},

@@ -19,6 +19,23 @@ prometheus::Counter* ModelSeries::Reason(absl::string_view reason) const {
   return reasons.back();
 }
 
+const ModelSeries::DeviceSeries& ModelSeries::Device(absl::string_view device,
+                                                     BatchFamilies* families) const {
+  {
+    absl::ReaderMutexLock lock(&devices_mu);
+    auto it = devices.find(device);
+    if (it != devices.end()) return it->second;
+  }
+  absl::MutexLock lock(&devices_mu);
+  auto it = devices.find(device);
+  if (it != devices.end()) return it->second;
+  const prometheus::Labels labels = {
+      {"model", model}, {"version", version}, {"device", std::string(device)}};
+  DeviceSeries d{&families->device_batches.Add(labels), &families->device_rows.Add(labels),
+                 &families->device_busy.Add(labels)};
+  return devices.emplace(std::string(device), d).first->second;
+}
+
 std::unique_ptr<ModelSeries> ModelSeriesSet::Create(const Key& key) const {
   const prometheus::Labels labels = {{"model", key.first}, {"version", key.second}};
   auto with = [&labels](const char* name, const std::string& value) {
@@ -27,6 +44,8 @@ std::unique_ptr<ModelSeries> ModelSeriesSet::Create(const Key& key) const {
     return l;
   };
   auto s = std::make_unique<ModelSeries>();
+  s->model = key.first;
+  s->version = key.second;
   for (size_t m = 0; m < kInferenceMethods.size(); ++m) {
     const prometheus::Labels method = with("method", kInferenceMethods[m]);
     for (int c = 0; c < kNumCodes; ++c) {
@@ -59,6 +78,12 @@ void ModelSeriesSet::Remove(const ModelSeries& s) const {
   for (prometheus::Counter* c : s.reasons) batches_->batches.Remove(c);
   batches_->queue_depth.Remove(s.queue_depth);
   if (s.queue_capacity != nullptr) batches_->queue_capacity.Remove(s.queue_capacity);
+  absl::MutexLock lock(&s.devices_mu);
+  for (const auto& [device, d] : s.devices) {
+    batches_->device_batches.Remove(d.batches);
+    batches_->device_rows.Remove(d.rows);
+    batches_->device_busy.Remove(d.busy);
+  }
 }
 
 const ModelSeries* ModelSeriesSet::Acquire(absl::string_view model, absl::string_view version,

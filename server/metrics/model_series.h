@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/metrics/metrics_families.h"
@@ -55,6 +56,22 @@ struct ModelSeries {
   const MethodSeries* Method(absl::string_view method) const;
   // The counter of `reason`, or "other"'s.
   prometheus::Counter* Reason(absl::string_view reason) const;
+
+  // The device_* counters of one device, created by its first batch.
+  struct DeviceSeries {
+    prometheus::Counter* batches = nullptr;
+    prometheus::Counter* rows = nullptr;
+    prometheus::Counter* busy = nullptr;
+  };
+  // `device`'s series, created (at zero) in `families` on first use; they
+  // stay until the set removes this version's series. Thread-safe.
+  const DeviceSeries& Device(absl::string_view device, BatchFamilies* families) const;
+
+  std::string model;
+  std::string version;
+  mutable absl::Mutex devices_mu;
+  // node_hash_map: references handed out stay valid across inserts.
+  mutable absl::node_hash_map<std::string, DeviceSeries> devices ABSL_GUARDED_BY(devices_mu);
 };
 
 class ModelSeriesSet {
@@ -62,6 +79,8 @@ class ModelSeriesSet {
   // `requests` and `batches` must outlive the set.
   ModelSeriesSet(RequestFamilies* requests, BatchFamilies* batches)
       : requests_(requests), batches_(batches) {}
+
+  BatchFamilies* batches() const { return batches_; }
 
   // The series of (model, version), created at zero by the first holder.
   // `queue_capacity_rows` > 0 sets queue_capacity_rows (the latest holder's

@@ -267,8 +267,11 @@ auto HybridRunner::OnChosen(int64_t rows, F&& run) -> decltype(run(static_cast<R
   const absl::Time start = clock_->TimeNow();
   auto result = run(runners_[d].get());
   const absl::Duration took = clock_->TimeNow() - start;
-  absl::MutexLock l(&mu_);
-  picker_.Finished(d, rows, predicted, took);
+  {
+    absl::MutexLock l(&mu_);
+    picker_.Finished(d, rows, predicted, took);
+  }
+  if (result.ok() && on_device_batch_) on_device_batch_(runners_[d]->info().device, rows, took);
   return result;
 }
 
@@ -281,6 +284,23 @@ absl::StatusOr<std::vector<Tensor>> HybridRunner::RunBatch(
     const std::vector<BatchedInput>& inputs) {
   const int64_t rows = inputs.empty() || inputs[0].shape.empty() ? 1 : inputs[0].shape[0];
   return OnChosen(rows, [&](Runner* r) { return r->RunBatch(inputs); });
+}
+
+std::vector<std::string> HybridRunner::Devices() const {
+  std::vector<std::string> devices;
+  for (const auto& r : runners_) devices.push_back(r->info().device);
+  return devices;
+}
+
+std::vector<MemoryStats> HybridRunner::MemoryPerDevice() {
+  std::vector<MemoryStats> memory;
+  for (const auto& r : runners_) memory.push_back(r->Memory());
+  return memory;
+}
+
+bool HybridRunner::set_on_device_batch(DeviceBatchFn fn) {
+  on_device_batch_ = std::move(fn);
+  return true;
 }
 
 void HybridRunner::BetweenBatches(bool idle) {

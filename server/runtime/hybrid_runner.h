@@ -124,9 +124,14 @@ class HybridRunner : public Runner {
   const ModelInfo& info() const override { return info_; }
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override;
   absl::StatusOr<std::vector<Tensor>> RunBatch(const std::vector<BatchedInput>& inputs) override;
-  // The first device's figures (the accelerator's, listed first).
+  // The first device's figures (the accelerator's, listed first);
+  // MemoryPerDevice gives each device's.
   MemoryStats Memory() override { return runners_.front()->Memory(); }
-  std::string MemoryDevice() const override { return runners_.front()->info().device; }
+  // Each runner's device, in the order listed.
+  std::vector<std::string> Devices() const override;
+  std::vector<MemoryStats> MemoryPerDevice() override;
+  // Reports each successful batch with the device the picker chose.
+  bool set_on_device_batch(DeviceBatchFn fn) override;
   // Every device's cache policy.
   void BetweenBatches(bool idle) override;
 
@@ -141,6 +146,7 @@ class HybridRunner : public Runner {
   std::vector<std::unique_ptr<Runner>> runners_;
   ModelInfo info_;
   Clock* clock_;
+  DeviceBatchFn on_device_batch_;  // set before the first batch, then read only
   mutable absl::Mutex mu_;
   DevicePicker picker_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> batches_ ABSL_GUARDED_BY(mu_);

@@ -15,6 +15,7 @@
 #define METALSERVE_SERVER_RUNTIME_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -151,9 +152,25 @@ class Runner {
   }
 
   virtual MemoryStats Memory() = 0;
-  // The device whose figures Memory() gives (a hybrid runner reports its
-  // first device's, while info().device names them all).
-  virtual std::string MemoryDevice() const { return info().device; }
+
+  // The devices this runner runs batches on: info().device for a runner on
+  // one device; a hybrid runner's each, in the order listed ("cuda:0",
+  // "cpu"), while its info().device joins them ("cuda:0+cpu"). Memory
+  // figures and batch counts are reported per device.
+  virtual std::vector<std::string> Devices() const { return {info().device}; }
+  // The memory figures of each of Devices(), in that order (one Memory()
+  // call per device; each may wait for its device thread).
+  virtual std::vector<MemoryStats> MemoryPerDevice() { return {Memory()}; }
+
+  // A batch of `rows` rows (padding included) that `device` ran
+  // successfully, its forward taking `took`.
+  using DeviceBatchFn =
+      std::function<void(const std::string& device, int64_t rows, absl::Duration took)>;
+  // A runner that spreads batches over several devices calls `fn` after each
+  // successful batch, from the thread that ran it, and returns true; one on
+  // a single device returns false (the default): its caller attributes every
+  // batch to info().device itself. Set before the first batch.
+  virtual bool set_on_device_batch(DeviceBatchFn /*fn*/) { return false; }
 
   // Called by the executor between batches (never during one). `idle` is
   // true when no batch is waiting. Implementations apply their cache policy.

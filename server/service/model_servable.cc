@@ -1,6 +1,8 @@
 #include "server/service/model_servable.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "server/service/batch_executor.h"
@@ -26,18 +28,36 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
                                                  options.device_concurrency, model_metrics,
                                                  clock);
   ModelServable* self = s.get();
-  // The memory figures of the runner's device (its idle loop and, under
-  // sustained load, its batches report them).
+  // The memory figures of each of the runner's devices (its idle loop and,
+  // under sustained load, its batches report them).
   auto report_memory = [r, metrics] {
     if (metrics == nullptr) return;
-    const MemoryStats m = r->Memory();
-    metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes, m.resident_bytes,
-                        r->MemoryDevice()});
+    const std::vector<std::string> devices = r->Devices();
+    const std::vector<MemoryStats> memory = r->MemoryPerDevice();
+    for (size_t i = 0; i < devices.size() && i < memory.size(); ++i) {
+      const MemoryStats& m = memory[i];
+      metrics->SetMemory({m.allocated_bytes, m.reserved_bytes, m.limit_bytes, m.resident_bytes,
+                          devices[i]});
+    }
   };
+  // Batches per device: a runner on several devices reports each batch's
+  // device; otherwise every batch is its one device's.
+  bool runner_reports_devices = false;
+  if (model_metrics != nullptr) {
+    runner_reports_devices = r->set_on_device_batch(
+        [model_metrics](const std::string& device, int64_t rows, absl::Duration took) {
+          model_metrics->DeviceBatch(device, rows, took);
+        });
+  }
+  const std::string device = r->info().device;
   // Each model run refines the adaptive policy's cost curve. Set before the
   // batcher's threads start; the servable owns both.
-  s->executor_->set_on_cost([self, clock, report_memory](int64_t rows, absl::Duration cost) {
+  s->executor_->set_on_cost([self, clock, report_memory, model_metrics, runner_reports_devices,
+                             device](int64_t rows, absl::Duration cost) {
     self->batcher_->ObserveBatchCost(rows, cost);
+    if (model_metrics != nullptr && !runner_reports_devices) {
+      model_metrics->DeviceBatch(device, rows, cost);
+    }
     const int64_t now = absl::ToUnixNanos(clock->TimeNow());
     int64_t due = self->next_busy_memory_report_ns_.load(std::memory_order_relaxed);
     if (now >= due && self->next_busy_memory_report_ns_.compare_exchange_strong(
@@ -78,9 +98,12 @@ ModelServable::~ModelServable() {
   // the device, on the device thread) is released here, so that no report
   // from before the free can follow; models still on the device report
   // again from their idle loops or batches.
-  const std::string device = runner_->MemoryDevice();
+  const std::vector<std::string> devices = runner_->Devices();
+  runner_->set_on_device_batch(nullptr);  // it records into metrics_, freed with this
   runner_.reset();
-  if (process_metrics_ != nullptr) process_metrics_->ForgetDeviceMemory(device);
+  if (process_metrics_ != nullptr) {
+    for (const std::string& device : devices) process_metrics_->ForgetDeviceMemory(device);
+  }
 }
 
 void ModelServable::Drain() {

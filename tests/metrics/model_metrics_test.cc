@@ -56,7 +56,8 @@ TEST(ModelMetricsTest, CreatesEveryInferenceSeriesAtZeroWhenAVersionLoads) {
                                        method, R"(",model="a",version="1"})")),
                 Optional(Eq(0)));
   }
-  for (absl::string_view reason : {"full", "delay_expired", "no_delay", "draining", "no_gain"}) {
+  for (absl::string_view reason :
+       {"full", "delay_expired", "no_delay", "draining", "no_gain", "priority_cap"}) {
     EXPECT_THAT(Sample(s, A1("metalserve_batches_total", absl::StrCat(R"(reason=")", reason,
                                                                       R"(")"))),
                 Optional(Eq(0)))
@@ -158,6 +159,36 @@ TEST(ModelMetricsTest, AVersionLoadedAgainWhileItsOldCopyDrainsKeepsItsSeries) {
   EXPECT_THAT(Sample(s, A1("metalserve_queue_capacity_rows")), Optional(Eq(32)));
   new_copy.reset();
   EXPECT_THAT(metrics->Scrape(), Not(HasSubstr(R"(model="a")")));
+}
+
+// Batches per device: a device's series appear with its first batch, a copy
+// of the version loaded again adds to the same series, and they go with the
+// version's last copy.
+TEST(ModelMetricsTest, DeviceBatchSeriesArePerDeviceAndGoWithTheLastCopy) {
+  auto metrics = MakeMetrics();
+  std::unique_ptr<ModelMetrics> old_copy = metrics->ForModel("a", "1", 0);
+  EXPECT_THAT(metrics->Scrape(), Not(HasSubstr("metalserve_device_batches_total{")));
+  old_copy->DeviceBatch("cuda:0", 32, absl::Milliseconds(2));
+  old_copy->DeviceBatch("cpu", 1, absl::Microseconds(500));
+  std::unique_ptr<ModelMetrics> new_copy = metrics->ForModel("a", "1", 0);
+  new_copy->DeviceBatch("cuda:0", 16, absl::Milliseconds(1));
+  old_copy.reset();
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, A1("metalserve_device_batches_total", R"(device="cuda:0")")),
+              Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, A1("metalserve_device_batch_rows_total", R"(device="cuda:0")")),
+              Optional(Eq(48)));
+  EXPECT_THAT(Sample(s, A1("metalserve_device_busy_seconds_total", R"(device="cuda:0")")),
+              Optional(DoubleNear(0.003, 1e-9)));
+  EXPECT_THAT(Sample(s, A1("metalserve_device_batches_total", R"(device="cpu")")),
+              Optional(Eq(1)));
+  new_copy.reset();
+  const std::string after = metrics->Scrape();
+  for (const char* family : {"metalserve_device_batches_total{",
+                             "metalserve_device_batch_rows_total{",
+                             "metalserve_device_busy_seconds_total{"}) {
+    EXPECT_THAT(after, Not(HasSubstr(family)));
+  }
 }
 
 TEST(ModelMetricsTest, LoadsAndUnloadsRacingWithRecordingLoseNoEventsOfAHeldVersion) {

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -183,7 +184,13 @@ TEST(HybridRunnerTest, SendsEachBatchToThePickedDeviceAndReportsBoth) {
   auto h = HybridRunner::Create({"cuda:0", "cpu"}, made.maker(1.0f), {1, 32}, 1e-3, nullptr);
   ASSERT_THAT(h.status(), IsOk());
   EXPECT_EQ((*h)->info().device, "cuda:0+cpu");
-  EXPECT_EQ((*h)->MemoryDevice(), "cuda:0");  // Memory() gives the first device's figures
+  EXPECT_THAT((*h)->Devices(), ElementsAre("cuda:0", "cpu"));
+  EXPECT_EQ((*h)->MemoryPerDevice().size(), 2u);
+  std::vector<std::pair<std::string, int64_t>> reported;
+  EXPECT_TRUE((*h)->set_on_device_batch(
+      [&](const std::string& device, int64_t rows, absl::Duration) {
+        reported.emplace_back(device, rows);
+      }));
   EXPECT_EQ((*h)->info().device_choice.reason, "hybrid");
   EXPECT_EQ((*h)->info().device_choice.timings.size(), 4u);
   const int cpu_before = made.runners[1]->runs, cuda_before = made.runners[0]->runs;
@@ -192,6 +199,8 @@ TEST(HybridRunnerTest, SendsEachBatchToThePickedDeviceAndReportsBoth) {
   EXPECT_EQ(made.runners[1]->runs - cpu_before, 1);   // batch 1 on the cpu
   EXPECT_EQ(made.runners[0]->runs - cuda_before, 1);  // batch 32 on cuda
   EXPECT_THAT((*h)->BatchesPerDevice(), ElementsAre(1, 1));
+  EXPECT_THAT(reported, ElementsAre(std::make_pair(std::string("cpu"), int64_t{1}),
+                                    std::make_pair(std::string("cuda:0"), int64_t{32})));
   (*h)->BetweenBatches(true);
   EXPECT_EQ(made.runners[0]->between, 1);
   EXPECT_EQ(made.runners[1]->between, 1);

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "server/repository/model_manager.h"
+#include "server/runtime/hybrid_runner.h"
 #include "server/service/model_lookup.h"
 #include "server/service/servable_factory.h"
 #include "server/service/server.h"
@@ -311,6 +312,126 @@ TEST(BatchingForTest, SettingsThatDoNotFitTheFlagsNameTheConfigFile) {
   absl::StatusOr<BatcherOptions> b = BatchingFor(flags, s, "/repo/m/config.json");
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(b.status().message(), HasSubstr("/repo/m/config.json"));
+}
+
+}  // namespace
+}  // namespace metalserve
+
+namespace metalserve {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// One device of a hybrid: the fake model (output = 2 x input) under a device
+// name, with warm-up timings and a reserved-memory figure of its own.
+class DeviceFake final : public Runner {
+ public:
+  DeviceFake(const std::string& device, std::vector<WarmupTiming> timings, int64_t reserved)
+      : reserved_(reserved) {
+    info_ = fake_.info();
+    info_.device = device;
+    info_.warmup_timings = std::move(timings);
+  }
+  const ModelInfo& info() const override { return info_; }
+  absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& in) override {
+    return fake_.Run(in);
+  }
+  MemoryStats Memory() override {
+    MemoryStats m;
+    m.reserved_bytes = reserved_;
+    return m;
+  }
+  void BetweenBatches(bool) override {}
+  ModelInfo info_;
+
+ private:
+  FakeRunner fake_;
+  const int64_t reserved_;
+};
+
+// A model on two devices (the hybrid runner over two fakes: the "cpu" wins
+// single rows, "cuda:0" batches of 4) behind the real server: each batch is
+// counted on the device that ran it, each device reports its own memory,
+// and every one of those series goes when the version is freed.
+TEST(HybridServableTest, BatchesAndMemoryAreReportedPerDeviceAndGoWithTheVersion) {
+  std::unique_ptr<Metrics> metrics = testing::MetricsWithoutListener();
+  ModelServableFactory::Options fo;
+  fo.batching.max_batch_size = 4;
+  fo.batching.max_queue_delay = absl::ZeroDuration();
+  fo.metrics = metrics.get();
+  fo.make_runner = [](const RunnerSpec& spec) -> absl::StatusOr<std::unique_ptr<Runner>> {
+    HybridRunner::Maker make = [name = spec.signature.name](const std::string& d)
+        -> absl::StatusOr<std::unique_ptr<Runner>> {
+      const bool cpu = d == "cpu";
+      auto r = std::make_unique<DeviceFake>(
+          d,
+          cpu ? std::vector<WarmupTiming>{{1, absl::Microseconds(100)}, {4, absl::Milliseconds(5)}}
+              : std::vector<WarmupTiming>{{1, absl::Microseconds(500)}, {4, absl::Milliseconds(1)}},
+          cpu ? 50 : 100);
+      r->info_.name = name;
+      return std::unique_ptr<Runner>(std::move(r));
+    };
+    absl::StatusOr<std::unique_ptr<HybridRunner>> h =
+        HybridRunner::Create({"cuda:0", "cpu"}, make, {1, 4}, 1e-3, nullptr);
+    if (!h.ok()) return h.status();
+    return std::unique_ptr<Runner>(*std::move(h));
+  };
+  std::unique_ptr<ModelServableFactory> factory = *ModelServableFactory::Create(fo);
+  std::unique_ptr<ModelManager> manager = *ModelManager::Create({.factory = factory.get()});
+  FakeRunner signature;
+  ModelEntry e{.name = "a"};
+  e.config.signature.inputs = signature.info().inputs;
+  e.config.signature.outputs = signature.info().outputs;
+  e.selected = {{.version = 1, .model_path = "/repo/a/1/model.pt"}};
+  ASSERT_TRUE(manager->Load(e).ok());
+  ManagerLookup lookup(manager.get());
+  std::unique_ptr<InferenceServer> server =
+      *InferenceServer::Start(testing::LoopbackServerOptions(), &lookup, nullptr, metrics.get());
+  auto stub = v1::Inference::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  auto predict = [&](int64_t rows) {
+    v1::PredictRequest req;
+    req.set_model_name("a");
+    auto* t = req.add_inputs();
+    t->set_name("input");
+    t->set_dtype(v1::DATA_TYPE_FLOAT32);
+    t->add_shape(rows);
+    t->add_shape(FakeRunner::kWidth);
+    std::vector<float> data(static_cast<size_t>(rows * FakeRunner::kWidth), 1.0f);
+    t->set_data(std::string(reinterpret_cast<const char*>(data.data()), data.size() * 4));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::PredictResponse r;
+    return stub->Predict(&ctx, req, &r);
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(predict(1).ok());
+  ASSERT_TRUE(predict(4).ok());
+
+  const std::string scrape = metrics->Scrape();
+  EXPECT_THAT(scrape, HasSubstr(R"(metalserve_device_batches_total{device="cpu",model="a",version="1"} 3)"));
+  EXPECT_THAT(scrape, HasSubstr(R"(metalserve_device_batches_total{device="cuda:0",model="a",version="1"} 1)"));
+  EXPECT_THAT(scrape, HasSubstr(R"(metalserve_device_batch_rows_total{device="cuda:0",model="a",version="1"} 4)"));
+  EXPECT_THAT(scrape, HasSubstr(R"(metalserve_device_busy_seconds_total{device="cpu",model="a",version="1"})"));
+  // Each device's own memory figure (the idle loop reports once a second).
+  const std::string cuda_memory = R"(metalserve_device_memory_bytes{device="cuda:0",kind="reserved"} 100)";
+  const std::string cpu_memory = R"(metalserve_device_memory_bytes{device="cpu",kind="reserved"} 50)";
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!(absl::StrContains(metrics->Scrape(), cuda_memory) &&
+           absl::StrContains(metrics->Scrape(), cpu_memory)) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(metrics->Scrape(), HasSubstr(cuda_memory));
+  EXPECT_THAT(metrics->Scrape(), HasSubstr(cpu_memory));
+
+  ASSERT_TRUE(manager->Unload("a").ok());
+  ASSERT_TRUE(manager->WaitUntilReleased("a", absl::Seconds(10)));
+  const std::string after = metrics->Scrape();
+  EXPECT_THAT(after, Not(HasSubstr("metalserve_device_batches_total{")));
+  EXPECT_THAT(after, Not(HasSubstr("metalserve_device_memory_bytes{device=\"cpu\"")));
+  EXPECT_THAT(after, Not(HasSubstr("metalserve_device_memory_bytes{device=\"cuda:0\"")));
+  server.reset();
 }
 
 }  // namespace
