@@ -12,3 +12,16 @@ rm -f /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.a
 printf "Name: gnutls\nDescription: host\nVersion: 3.7.9\nLibs: -lgnutls\nCflags:\n" \
   > /opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+# gpu_build TARGET...: configures build-gpu (Release, no tests, the client
+# without libcurl: the unpacked Debian libcurl does not link on the host,
+# docs/operations.md) and builds TARGETs with -j16, logging to
+# $OUT/cmake.txt and $OUT/build.txt. Returns 1 with the log's tail or its
+# errors printed when either step fails.
+gpu_build() {
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF \
+    -DMETALSERVE_HTTP_CLIENT=OFF -DMETALSERVE_PYTHON="$(command -v python3)" $GPU_CMAKE_ARGS \
+    > "$OUT/cmake.txt" 2>&1 || { tail -30 "$OUT/cmake.txt"; echo "cmake failed"; return 1; }
+  cmake --build build-gpu -j16 --target "$@" > "$OUT/build.txt" 2>&1 ||
+    { grep -E "error|Error" "$OUT/build.txt" | head -30; echo "build failed"; return 1; }
+}

@@ -96,14 +96,37 @@ def split_fields(pairs):
             "batches_accel": pairs[0][1], "batches_cpu": pairs[-1][1]}
 
 
+_DEVICE_SAMPLE = re.compile(
+    r'^metalserve_device_(batches_total|batch_rows_total|busy_seconds_total)'
+    r'\{([^}]*)\}\s+(\S+)$', re.M)
+_DEVICE_FIELD = {"batches_total": "batches", "batch_rows_total": "rows",
+                 "busy_seconds_total": "busy_s"}
+
+
+def parse_device_metrics(text):
+    """{device: {"batches", "rows", "busy_s"}} of a /metrics scrape's
+    metalserve_device_* counters, summed over models and versions."""
+    out = {}
+    for family, labels, value in _DEVICE_SAMPLE.findall(text):
+        m = re.search(r'device="([^"]*)"', labels)
+        if not m:
+            continue
+        d = out.setdefault(m.group(1), {"batches": 0, "rows": 0, "busy_s": 0.0})
+        field = _DEVICE_FIELD[family]
+        d[field] += float(value) if field == "busy_s" else int(float(value))
+    return out
+
+
 class Server:
     """build/metalserve on free loopback ports, its log in `log`."""
 
     def __init__(self, a, model_path, flags, log):
         self.port, self.http_port, self.log = free_port(), free_port(), log
+        self.metrics_port = free_port()
         argv = [os.path.join(a.build, "metalserve"), f"--model={model_path}",
                 f"--address=127.0.0.1:{self.port}",
-                f"--http_address=127.0.0.1:{self.http_port}", "--metrics_address=",
+                f"--http_address=127.0.0.1:{self.http_port}",
+                f"--metrics_address=127.0.0.1:{self.metrics_port}",
                 f"--threads={a.threads}", f"--max_batch_size={a.max_batch_size}",
                 f"--executors={a.executors}", f"--device_concurrency={a.device_concurrency}",
                 f"--max_queue_size={max(1024, 4 * max(a.level_list))}",
@@ -142,6 +165,17 @@ class Server:
                 return json.loads(r.read()).get("device_choice")
         except (OSError, ValueError) as e:
             return {"error": str(e)}
+
+    def device_metrics(self):
+        """{device: {"batches", "rows", "busy_s"}} from the server's
+        metalserve_device_* counters (every batch of its one model so far);
+        {} when /metrics cannot be read."""
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return parse_device_metrics(r.read().decode())
+        except OSError:
+            return {}
 
     def stop(self):
         """Stops it; returns the log's text (the hybrid's split is in it)."""
@@ -189,14 +223,17 @@ def run_mode(a, model, model_path, mode, flags, logs):
                 rows.append(bench(a, s, c))
                 if not per_level:
                     show_level(model, mode, rows[-1])
+            device_metrics = s.device_metrics()
         finally:
             text = s.stop()
         split = split_fields(parse_split(text)) if mode == "hybrid" else {}
         if per_level:
             rows[0].update(split)
+            rows[0]["device_metrics"] = device_metrics
             show_level(model, mode, rows[0])
         else:
             out.update(split)
+            out["device_metrics"] = device_metrics
             if split:
                 out["batches_cover"] = "every level and its warm-up, one server"
         out["levels"] += rows

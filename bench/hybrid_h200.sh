@@ -29,13 +29,7 @@ mkdir -p build-gpu/models
 (python3 models/export.py --out build-gpu/models --only "$MODELS" > "$OUT/export.txt" 2>&1 ||
    echo "export FAILED" >> "$OUT/export.txt") &
 export_pid=$!
-# The client without libcurl: the unpacked Debian libcurl does not link on
-# the host (docs/operations.md).
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMETALSERVE_BUILD_TESTS=OFF -DMETALSERVE_HTTP_CLIENT=OFF \
-  -DMETALSERVE_PYTHON="$(command -v python3)" $GPU_CMAKE_ARGS > "$OUT/cmake.txt" 2>&1 ||
-  { tail -30 "$OUT/cmake.txt"; wait "$export_pid"; echo "cmake failed: stopping"; exit 1; }
-cmake --build build-gpu -j16 --target metalserve metalserve-bench > "$OUT/build.txt" 2>&1 ||
-  { grep -E "error|Error" "$OUT/build.txt" | head -30; wait "$export_pid"; echo "build failed: stopping"; exit 1; }
+gpu_build metalserve metalserve-bench || { wait "$export_pid"; echo "stopping"; exit 1; }
 stamp "built"
 wait "$export_pid"
 stamp "exported"; tail -4 "$OUT/export.txt"

@@ -45,6 +45,24 @@ class ParseTest(unittest.TestCase):
         self.assertEqual(committed["models"]["resnet50"]["modes"]["hybrid"]["batches_cpu"], 0)
 
 
+class DeviceMetricsTest(unittest.TestCase):
+
+    def test_device_counters_are_summed_per_device_over_models(self):
+        text = "\n".join([
+            "# TYPE metalserve_device_batches_total counter",
+            'metalserve_device_batches_total{device="cuda:0",model="m",version="1"} 7',
+            'metalserve_device_batches_total{device="cpu",model="m",version="1"} 3',
+            'metalserve_device_batches_total{device="cpu",model="n",version="2"} 2',
+            'metalserve_device_batch_rows_total{device="cuda:0",model="m",version="1"} 224',
+            'metalserve_device_busy_seconds_total{device="cpu",model="m",version="1"} 0.5',
+            'metalserve_batches_total{model="m",reason="full",version="1"} 10',
+        ])
+        self.assertEqual(hybrid.parse_device_metrics(text), {
+            "cuda:0": {"batches": 7, "rows": 224, "busy_s": 0.0},
+            "cpu": {"batches": 5, "rows": 0, "busy_s": 0.5}})
+        self.assertEqual(hybrid.parse_device_metrics(""), {})
+
+
 class StandInTest(unittest.TestCase):
 
     def setUp(self):
@@ -75,6 +93,11 @@ class StandInTest(unittest.TestCase):
                 devices = [d["device"] for d in level["batches_per_device"]]
                 self.assertEqual(devices, ["cpu", "cpu"])
                 self.assertGreater(level["batches_accel"] + level["batches_cpu"], 0)
+                # The server's per-device counters cover the same batches as
+                # its shutdown line (both "cpu" here: the series is shared).
+                self.assertEqual(level["device_metrics"]["cpu"]["batches"],
+                                 level["batches_accel"] + level["batches_cpu"])
+                self.assertGreater(level["device_metrics"]["cpu"]["busy_s"], 0)
             self.assertEqual([s["concurrency"] for s in r["summary"]["tiny_cnn"]], [1, 4])
             self.assertTrue(r.get("torch_version"))
 
