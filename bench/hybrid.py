@@ -40,6 +40,7 @@ only otherwise (the GPU host has no extra packages).
 """
 import argparse
 import datetime
+import http.client
 import json
 import os
 import re
@@ -174,7 +175,7 @@ class Server:
             url = f"http://127.0.0.1:{self.metrics_port}/metrics"
             with urllib.request.urlopen(url, timeout=10) as r:
                 return parse_device_metrics(r.read().decode())
-        except OSError:
+        except (OSError, http.client.HTTPException, ValueError):
             return {}
 
     def stop(self):

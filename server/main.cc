@@ -371,9 +371,6 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   ro.on_load_phase = [metrics](const std::string& phase, absl::Duration took) {
     metrics->SetLoadPhase(phase, took);
   };
-  ro.on_device_forward = [metrics](const std::string& device, int64_t batch, absl::Duration took) {
-    metrics->SetDeviceForward(device, batch, took);
-  };
   // Warm up (and verify) at the sizes batches are padded to, or at 1 and the
   // largest batch.
   ro.warmup_batch_sizes = batching.allowed_batch_sizes;

@@ -137,14 +137,14 @@ int64_t BatchQueue::MaxRows() const {
 
 BatchQueue::BatchPlan BatchQueue::PlanThrough(int level, int64_t rows, absl::Time now) const {
   std::vector<int64_t> left(level_rows_.begin(), level_rows_.begin() + level);
-  left.back() += rows;  // the request comes last at its level
   BatchPlan plan;
   const auto ahead = [&](int64_t size, int64_t count) {
     plan.batches_before += count;
     plan.cost_before += count * adaptive_->CostOf(size);
     plan.device_before += count * adaptive_->DeviceCostOf(size);
   };
-  int64_t last = 0;  // the batch formed last so far
+  int64_t last = 0;        // the batch formed last so far
+  int64_t last_limit = 0;  // the rows that batch may grow to
   for (int h = 1; h <= level; ++h) {
     if (left[h - 1] == 0) continue;  // none, or all rode in higher batches
     if (last > 0) ahead(last, 1);
@@ -161,8 +161,18 @@ BatchQueue::BatchPlan BatchQueue::PlanThrough(int level, int64_t rows, absl::Tim
       last += take;
       left[l - 1] -= take;
     }
+    // Rows of the batch's own level join it up to the cap; lower ones up
+    // to the fill limit.
+    last_limit = h == level ? cap : fill_to;
   }
-  plan.own_rows = last;
+  // The request comes last and runs whole (Pick never splits a task): it
+  // joins the last batch where it fits, else heads one of its own rows.
+  if (last > 0 && last + rows <= last_limit) {
+    plan.own_rows = last + rows;
+  } else {
+    if (last > 0) ahead(last, 1);
+    plan.own_rows = rows;
+  }
   return plan;
 }
 

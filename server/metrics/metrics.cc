@@ -103,12 +103,6 @@ class MetricsImpl final : public Metrics {
   void CacheCleared(absl::string_view trigger,
                     absl::Duration duration) override;
   void SetModelTimes(absl::Duration load, absl::Duration warmup) override;
-  void SetDeviceForward(absl::string_view device, int64_t batch_size,
-                        absl::Duration took) override {
-    runtime_.device_forward
-        .Add({{"device", std::string(device)}, {"batch_size", std::to_string(batch_size)}})
-        .Set(absl::ToDoubleSeconds(took));
-  }
   void SetLoadPhase(absl::string_view phase, absl::Duration took) override {
     runtime_.load_phases.Get(phase)->Set(absl::ToDoubleSeconds(took));
   }
@@ -321,6 +315,14 @@ class ModelMetricsImpl final : public ModelMetrics {
   }
   void SetQueueDepth(int64_t rows) override {
     series_.queue_depth->Set(static_cast<double>(rows));
+  }
+  void SetDeviceForward(absl::string_view device, int64_t batch_size,
+                        absl::Duration took) override {
+    series_.SetDeviceForward(device, batch_size, absl::ToDoubleSeconds(took),
+                             metrics_->model_series().batches());
+  }
+  void AddDevice(absl::string_view device) override {
+    series_.Device(device, metrics_->model_series().batches());
   }
   void DeviceBatch(absl::string_view device, int64_t rows, absl::Duration took) override {
     const ModelSeries::DeviceSeries& d = series_.Device(device, metrics_->model_series().batches());

@@ -27,10 +27,10 @@
 //   device_batches_total{device},          [model] counters per device that
 //   device_batch_rows_total{device},       ran the version's batches (a
 //   device_busy_seconds_total{device}      hybrid's each; padded rows; the
-//                                          forward times' sum, so its rate
-//                                          is the share of time the device
-//                                          spent on this version); created
-//                                          with a device's first batch
+//                                          forward times' sum without
+//                                          overlap, so its rate is the share
+//                                          of time the device spent on this
+//                                          version); created at load
 //   queue_capacity_rows                    [model] gauge: the version's
 //                                          max_queue_size
 //   inflight_requests                      gauge (every method)
@@ -48,8 +48,10 @@
 //   model_load_phase_seconds{phase}        gauge: read | signature | optimize
 //                                          | verify | warmup (verify is 0 on a
 //                                          verification-cache hit)
-//   device_forward_seconds{device,batch_size}  gauge: --device=auto's
-//                                          measured forward per device/size
+//   device_forward_seconds{device,batch_size}  [model] gauge: the version's
+//                                          device table (--device=auto's
+//                                          measurement, a hybrid's warm-up),
+//                                          per device and warm-up size
 //   build_info{version,torch_version,device,model}  gauge = 1
 //   model_state{model,version,state}       gauge = 1 per version the model
 //                                          manager knows (READY, LOADING,
@@ -183,6 +185,14 @@ class ModelMetrics {
   // the devices of loaded versions). Default: nothing (fakes).
   virtual void DeviceBatch(absl::string_view /*device*/, int64_t /*rows*/,
                            absl::Duration /*took*/) {}
+  // Creates `device`'s device_* counters at zero (at load, for each device
+  // the version runs on), so that rate() sees their first batch.
+  virtual void AddDevice(absl::string_view /*device*/) {}
+  // One cell of the version's device table (ModelInfo's device_choice
+  // timings: --device=auto's measurement, a hybrid's warm-up per device):
+  // device_forward_seconds. Bounded by the devices times the warm-up sizes.
+  virtual void SetDeviceForward(absl::string_view /*device*/, int64_t /*batch_size*/,
+                                absl::Duration /*took*/) {}
 };
 
 class Metrics {
@@ -245,10 +255,6 @@ class Metrics {
   virtual void SetModelTimes(absl::Duration load, absl::Duration warmup) = 0;
   // One load phase's duration (RuntimeOptions::on_load_phase's phases).
   virtual void SetLoadPhase(absl::string_view phase, absl::Duration took) = 0;
-  // --device=auto's measurement: one device's forward time at one batch
-  // size (bounded: the devices times the warm-up sizes).
-  virtual void SetDeviceForward(absl::string_view device, int64_t batch_size,
-                                absl::Duration took) = 0;
   virtual void SetBuildInfo(absl::string_view version,
                             absl::string_view torch_version,
                             absl::string_view device,

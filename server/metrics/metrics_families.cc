@@ -120,7 +120,13 @@ BatchFamilies::BatchFamilies(prometheus::Registry& registry)
                       .Name("metalserve_device_busy_seconds_total")
                       .Help("Forward time of the batches in metalserve_device_batches_total; "
                             "its rate is the share of time the device spent on the version.")
-                      .Register(registry)) {}
+                      .Register(registry)),
+      device_forward(prometheus::BuildGauge()
+                         .Name("metalserve_device_forward_seconds")
+                         .Help("A model version's device table: the measured forward time "
+                               "on each device at each warm-up batch size (--device=auto: "
+                               "median of 3; a hybrid: each device's warm-up).")
+                         .Register(registry)) {}
 
 RuntimeFamilies::RuntimeFamilies(prometheus::Registry& registry)
     : device_memory(prometheus::BuildGauge()
@@ -157,12 +163,7 @@ RuntimeFamilies::RuntimeFamilies(prometheus::Registry& registry)
                            "verify (0 on a verification-cache hit), warmup.")
                      .Register(registry)),
       load_phases({"read", "signature", "optimize", "verify", "warmup"},
-                  [this](const std::string& phase) { return &load_phase.Add({{"phase", phase}}); }),
-      device_forward(prometheus::BuildGauge()
-                         .Name("metalserve_device_forward_seconds")
-                         .Help("--device=auto: the measured forward time (median of 3) on "
-                               "each working device at each warm-up batch size.")
-                         .Register(registry)) {}
+                  [this](const std::string& phase) { return &load_phase.Add({{"phase", phase}}); }) {}
 
 ServerFamilies::ServerFamilies(prometheus::Registry& registry)
     : build_info(prometheus::BuildGauge()

@@ -137,6 +137,8 @@ struct BatchFamilies {
   prometheus::Family<prometheus::Counter>& device_batches;
   prometheus::Family<prometheus::Counter>& device_rows;
   prometheus::Family<prometheus::Counter>& device_busy;
+  // The version's device table: {model,version,device,batch_size}.
+  prometheus::Family<prometheus::Gauge>& device_forward;
 };
 
 // The runtime edge: device_memory_bytes{device,kind},
@@ -155,7 +157,6 @@ struct RuntimeFamilies {
   prometheus::Gauge& model_warmup;
   prometheus::Family<prometheus::Gauge>& load_phase;
   BoundedChildren<prometheus::Gauge*> load_phases;  // after the family it fills
-  prometheus::Family<prometheus::Gauge>& device_forward;
 };
 
 // The server's own state: build_info{...}, ready,

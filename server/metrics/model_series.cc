@@ -36,6 +36,19 @@ const ModelSeries::DeviceSeries& ModelSeries::Device(absl::string_view device,
   return devices.emplace(std::string(device), d).first->second;
 }
 
+void ModelSeries::SetDeviceForward(absl::string_view device, int64_t batch_size, double seconds,
+                                   BatchFamilies* families) const {
+  absl::MutexLock lock(&devices_mu);
+  prometheus::Gauge*& g = forwards[{std::string(device), batch_size}];
+  if (g == nullptr) {
+    g = &families->device_forward.Add({{"model", model},
+                                       {"version", version},
+                                       {"device", std::string(device)},
+                                       {"batch_size", std::to_string(batch_size)}});
+  }
+  g->Set(seconds);
+}
+
 std::unique_ptr<ModelSeries> ModelSeriesSet::Create(const Key& key) const {
   const prometheus::Labels labels = {{"model", key.first}, {"version", key.second}};
   auto with = [&labels](const char* name, const std::string& value) {
@@ -84,6 +97,7 @@ void ModelSeriesSet::Remove(const ModelSeries& s) const {
     batches_->device_rows.Remove(d.rows);
     batches_->device_busy.Remove(d.busy);
   }
+  for (const auto& [cell, g] : s.forwards) batches_->device_forward.Remove(g);
 }
 
 const ModelSeries* ModelSeriesSet::Acquire(absl::string_view model, absl::string_view version,

@@ -9,8 +9,11 @@
 // instead of having them removed under it.
 //
 // Thread-safety: ModelSeriesSet is thread-safe. A ModelSeries is immutable
-// once acquired; its children are prometheus-cpp's thread-safe metrics and
-// stay valid until the matching Release. Ownership: the families (and so
+// once acquired except its per-device series (devices, forwards), added
+// under its devices_mu; its children are prometheus-cpp's thread-safe
+// metrics and stay valid until the matching Release. Lock order:
+// ModelSeriesSet::mu_, then ModelSeries::devices_mu, then prometheus-cpp's
+// family mutex. Ownership: the families (and so
 // the children) live in the registry, which must outlive the set.
 // Destruction: the set removes nothing; every Acquire must have been
 // released before (the Metrics outlives every ModelMetrics).
@@ -67,11 +70,20 @@ struct ModelSeries {
   // stay until the set removes this version's series. Thread-safe.
   const DeviceSeries& Device(absl::string_view device, BatchFamilies* families) const;
 
+  // Sets `device`'s forward time at `batch_size` (device_forward_seconds),
+  // creating the gauge on first use; it stays until the set removes this
+  // version's series. Thread-safe.
+  void SetDeviceForward(absl::string_view device, int64_t batch_size, double seconds,
+                        BatchFamilies* families) const;
+
   std::string model;
   std::string version;
   mutable absl::Mutex devices_mu;
   // node_hash_map: references handed out stay valid across inserts.
   mutable absl::node_hash_map<std::string, DeviceSeries> devices ABSL_GUARDED_BY(devices_mu);
+  // By (device, batch size).
+  mutable absl::flat_hash_map<std::pair<std::string, int64_t>, prometheus::Gauge*> forwards
+      ABSL_GUARDED_BY(devices_mu);
 };
 
 class ModelSeriesSet {

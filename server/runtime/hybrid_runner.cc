@@ -228,7 +228,8 @@ HybridRunner::HybridRunner(std::vector<std::unique_ptr<Runner>> runners, DeviceP
     : runners_(std::move(runners)),
       clock_(clock != nullptr ? clock : Clock::SteadyClock()),
       picker_(std::move(picker)),
-      batches_(runners_.size(), 0) {
+      batches_(runners_.size(), 0),
+      last_end_(runners_.size(), absl::InfinitePast()) {
   info_ = runners_.front()->info();
   std::vector<std::string> names;
   DeviceChoiceInfo choice;
@@ -266,12 +267,19 @@ auto HybridRunner::OnChosen(int64_t rows, F&& run) -> decltype(run(static_cast<R
   }
   const absl::Time start = clock_->TimeNow();
   auto result = run(runners_[d].get());
-  const absl::Duration took = clock_->TimeNow() - start;
+  const absl::Time end = clock_->TimeNow();
+  absl::Duration busy;
   {
     absl::MutexLock l(&mu_);
-    picker_.Finished(d, rows, predicted, took);
+    picker_.Finished(d, rows, predicted, end - start);
+    // Two executors can hand one device two batches at once; the second
+    // waits behind the first on its device thread. Its busy time counts
+    // from where the device's previous batch ended, so that a device's
+    // busy seconds never exceed the wall time.
+    busy = end - std::max(start, last_end_[d]);
+    last_end_[d] = std::max(last_end_[d], end);
   }
-  if (result.ok() && on_device_batch_) on_device_batch_(runners_[d]->info().device, rows, took);
+  if (result.ok() && on_device_batch_) on_device_batch_(runners_[d]->info().device, rows, busy);
   return result;
 }
 

@@ -146,10 +146,14 @@ class HybridRunner : public Runner {
   std::vector<std::unique_ptr<Runner>> runners_;
   ModelInfo info_;
   Clock* clock_;
-  DeviceBatchFn on_device_batch_;  // set before the first batch, then read only
+  // Set before the first batch and cleared after the last (its owner joins
+  // the executors first: ModelServable's destructor); read only between.
+  DeviceBatchFn on_device_batch_;
   mutable absl::Mutex mu_;
   DevicePicker picker_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> batches_ ABSL_GUARDED_BY(mu_);
+  // Per device, when its last batch ended (busy time without overlap).
+  std::vector<absl::Time> last_end_ ABSL_GUARDED_BY(mu_);
 };
 
 // Compares two runs' outputs: OK, or a message naming the first output that

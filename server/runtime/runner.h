@@ -163,7 +163,8 @@ class Runner {
   virtual std::vector<MemoryStats> MemoryPerDevice() { return {Memory()}; }
 
   // A batch of `rows` rows (padding included) that `device` ran
-  // successfully, its forward taking `took`.
+  // successfully, its forward taking `took` of the device's time (overlap
+  // with the device's previous batch left out).
   using DeviceBatchFn =
       std::function<void(const std::string& device, int64_t rows, absl::Duration took)>;
   // A runner that spreads batches over several devices calls `fn` after each

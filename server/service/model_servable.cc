@@ -24,6 +24,13 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
                                     options.batching.max_queue_size);
   }
   ModelMetrics* model_metrics = s->metrics_.get();
+  if (model_metrics != nullptr) {
+    for (const std::string& device : r->Devices()) model_metrics->AddDevice(device);
+    // The device table, while this version is loaded.
+    for (const DeviceChoiceInfo::Timing& t : r->info().device_choice.timings) {
+      model_metrics->SetDeviceForward(t.device, t.batch_size, t.forward);
+    }
+  }
   s->executor_ = std::make_unique<BatchExecutor>(r, options.batching,
                                                  options.device_concurrency, model_metrics,
                                                  clock);

@@ -288,6 +288,20 @@ TEST(PriorityIsolationTest, LowerLevelEstimateCountsItsCappedBatches) {
   EXPECT_THAT(DrainRows(q, quiet), ElementsAre(8, 1));
 }
 
+// A task runs whole (Pick never splits one, whatever the cap): an 8-row
+// level-2 request behind one capped level-2 row is one batch of 1 (2 ms)
+// and its own of 8 (4 ms): 6 ms, admitted. Counted as pieces of the cap it
+// would be 1 + 4 batches (12 ms) and refused, though it runs in time.
+TEST(PriorityIsolationTest, AMultiRowRequestIsEstimatedAsTheWholeBatchItRunsIn) {
+  BatchQueue q(TargetWithCap());
+  Admit(q, 1, 1, 100, kT0);  // level 1 is active from here
+  ASSERT_TRUE(NextBatch(q, kT0).has_value());
+  AdmitRows(q, 1, 2, 200, kT0);
+  std::unique_ptr<BatchTask> whole = MakePriorityTask(8, 2, 300);
+  EXPECT_THAT(q.Admit(&whole, kT0), IsOk());
+  EXPECT_THAT(DrainRows(q, kT0), ElementsAre(1, 8));
+}
+
 TEST(PriorityIsolationTest, EstimateCountsHigherLevelRowsAheadAtTheirOwnBatchSize) {
   // Level 1's rows ahead run in a whole batch (4 ms; its batches are never
   // capped), only level 2's own in batches of 2.

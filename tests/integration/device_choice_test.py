@@ -102,7 +102,10 @@ class DeviceChoice(unittest.TestCase):
             self.assertGreater(t.seconds, 0)
             self.assertLess(t.seconds, 60)
         _, body = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
-        self.assertIn('metalserve_device_forward_seconds{batch_size="4",device="cpu"}', body)
+        # The table is the served version's (labelled with its model and
+        # version, removed with it).
+        self.assertIn('metalserve_device_forward_seconds{batch_size="4",device="cpu",'
+                      f'model="{meta.model_name}",version="1"}}', body)
         example = subprocess.run(
             ["/usr/bin/python3", ARGS.example, f"--target={self.target}",
              f"--proto_dir={ARGS.proto_dir}"], capture_output=True, text=True, timeout=120)

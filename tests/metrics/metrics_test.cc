@@ -230,15 +230,28 @@ TEST(MetricsTest, RecordsEachLoadPhaseByName) {
               Optional(Eq(0.75)));
 }
 
-TEST(MetricsTest, RecordsMeasuredForwardPerDeviceAndBatchSize) {
+// The device table is a model version's: two models measured on the same
+// device keep their own figures, and a version's go when it is freed.
+TEST(MetricsTest, RecordsMeasuredForwardPerModelDeviceAndBatchSize) {
   auto metrics = MakeMetrics();
-  metrics->SetDeviceForward("cpu", 1, absl::Milliseconds(2));
-  metrics->SetDeviceForward("mps", 32, absl::Milliseconds(8));
-  const std::string s = metrics->Scrape();
-  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="1",device="cpu"})"),
-              Optional(Eq(0.002)));
-  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="32",device="mps"})"),
+  std::unique_ptr<ModelMetrics> a = metrics->ForModel("a", "1", 0);
+  std::unique_ptr<ModelMetrics> b = metrics->ForModel("b", "3", 0);
+  a->SetDeviceForward("cpu", 1, absl::Milliseconds(2));
+  a->SetDeviceForward("mps", 32, absl::Milliseconds(8));
+  b->SetDeviceForward("cpu", 1, absl::Milliseconds(5));
+  a->SetDeviceForward("cpu", 1, absl::Milliseconds(3));  // measured again: replaced
+  std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="1",device="cpu",model="a",version="1"})"),
+              Optional(Eq(0.003)));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="32",device="mps",model="a",version="1"})"),
               Optional(Eq(0.008)));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="1",device="cpu",model="b",version="3"})"),
+              Optional(Eq(0.005)));
+  a.reset();
+  s = metrics->Scrape();
+  EXPECT_THAT(s, Not(HasSubstr(R"(model="a")")));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_forward_seconds{batch_size="1",device="cpu",model="b",version="3"})"),
+              Optional(Eq(0.005)));
 }
 
 TEST(MetricsTest, RecordsCacheClearsModelTimesBuildInfoAndReadiness) {

@@ -21,12 +21,17 @@
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
 #include "tests/testing/fake_runner_server.h"
+#include "tests/testing/metric_sample.h"
+#include "tests/testing/simulated_clock.h"
 
 namespace metalserve {
 namespace {
 
+using ::metalserve::testing::Sample;
+using ::testing::Eq;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::Optional;
 using ::testing::StartsWith;
 
 // A FakeRunner the test can reach after the manager owns it; counts how many
@@ -129,6 +134,23 @@ TEST_F(ModelServableTest, EachModelAnswersUnderItsOwnNameAndVersion) {
   grpc::Status s = Predict("", 3.0f, &r);  // two models: the name is needed
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("loaded: a [1], b [1]"));
+}
+
+// A model on one device: every batch is that device's, and its counters
+// exist at zero from the load.
+TEST_F(ModelServableTest, EveryBatchOfAOneDeviceModelIsCountedOnItsDevice) {
+  const std::string batches = R"(metalserve_device_batches_total{device="cpu",model="b",version="1"})";
+  EXPECT_THAT(Sample(metrics_->Scrape(), batches), Optional(Eq(0)));
+  for (int i = 0; i < 2; ++i) {
+    v1::PredictResponse r;
+    ASSERT_TRUE(Predict("b", 1.0f, &r).ok());
+  }
+  const std::string s = metrics_->Scrape();
+  EXPECT_THAT(Sample(s, batches), Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_batch_rows_total{device="cpu",model="b",version="1"})"),
+              Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, R"(metalserve_device_batches_total{device="cpu",model="a",version="1"})"),
+              Optional(Eq(0)));
 }
 
 TEST_F(ModelServableTest, WithOneModelLeftAnEmptyNameMeansItButAVersionStillCounts) {
@@ -360,7 +382,10 @@ TEST(HybridServableTest, BatchesAndMemoryAreReportedPerDeviceAndGoWithTheVersion
   fo.batching.max_batch_size = 4;
   fo.batching.max_queue_delay = absl::ZeroDuration();
   fo.metrics = metrics.get();
-  fo.make_runner = [](const RunnerSpec& spec) -> absl::StatusOr<std::unique_ptr<Runner>> {
+  // The picker on a clock that does not move: every batch "takes" 0, so
+  // what it learns never reorders the devices (single rows stay on the cpu).
+  SimulatedClock clock;
+  fo.make_runner = [&clock](const RunnerSpec& spec) -> absl::StatusOr<std::unique_ptr<Runner>> {
     HybridRunner::Maker make = [name = spec.signature.name](const std::string& d)
         -> absl::StatusOr<std::unique_ptr<Runner>> {
       const bool cpu = d == "cpu";
@@ -373,7 +398,7 @@ TEST(HybridServableTest, BatchesAndMemoryAreReportedPerDeviceAndGoWithTheVersion
       return std::unique_ptr<Runner>(std::move(r));
     };
     absl::StatusOr<std::unique_ptr<HybridRunner>> h =
-        HybridRunner::Create({"cuda:0", "cpu"}, make, {1, 4}, 1e-3, nullptr);
+        HybridRunner::Create({"cuda:0", "cpu"}, make, {1, 4}, 1e-3, &clock);
     if (!h.ok()) return h.status();
     return std::unique_ptr<Runner>(*std::move(h));
   };
@@ -409,26 +434,33 @@ TEST(HybridServableTest, BatchesAndMemoryAreReportedPerDeviceAndGoWithTheVersion
   ASSERT_TRUE(predict(4).ok());
 
   const std::string scrape = metrics->Scrape();
-  EXPECT_THAT(scrape, HasSubstr(R"(metalserve_device_batches_total{device="cpu",model="a",version="1"} 3)"));
-  EXPECT_THAT(scrape, HasSubstr(R"(metalserve_device_batches_total{device="cuda:0",model="a",version="1"} 1)"));
-  EXPECT_THAT(scrape, HasSubstr(R"(metalserve_device_batch_rows_total{device="cuda:0",model="a",version="1"} 4)"));
-  EXPECT_THAT(scrape, HasSubstr(R"(metalserve_device_busy_seconds_total{device="cpu",model="a",version="1"})"));
-  // Each device's own memory figure (the idle loop reports once a second).
-  const std::string cuda_memory = R"(metalserve_device_memory_bytes{device="cuda:0",kind="reserved"} 100)";
-  const std::string cpu_memory = R"(metalserve_device_memory_bytes{device="cpu",kind="reserved"} 50)";
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (!(absl::StrContains(metrics->Scrape(), cuda_memory) &&
-           absl::StrContains(metrics->Scrape(), cpu_memory)) &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_THAT(metrics->Scrape(), HasSubstr(cuda_memory));
-  EXPECT_THAT(metrics->Scrape(), HasSubstr(cpu_memory));
+  const auto series = [](const char* family, const char* device) {
+    return absl::StrCat(family, R"({device=")", device, R"(",model="a",version="1"})");
+  };
+  EXPECT_THAT(Sample(scrape, series("metalserve_device_batches_total", "cpu")), Optional(Eq(3)));
+  EXPECT_THAT(Sample(scrape, series("metalserve_device_batches_total", "cuda:0")),
+              Optional(Eq(1)));
+  EXPECT_THAT(Sample(scrape, series("metalserve_device_batch_rows_total", "cuda:0")),
+              Optional(Eq(4)));
+  EXPECT_THAT(Sample(scrape, series("metalserve_device_busy_seconds_total", "cpu")),
+              Optional(Eq(0)));  // the clock did not move
+  // The version's device table: both devices' warm-up figures.
+  EXPECT_THAT(Sample(scrape, R"(metalserve_device_forward_seconds{batch_size="4",device="cpu",model="a",version="1"})"),
+              Optional(Eq(0.005)));
+  EXPECT_THAT(Sample(scrape, R"(metalserve_device_forward_seconds{batch_size="4",device="cuda:0",model="a",version="1"})"),
+              Optional(Eq(0.001)));
+  // Each device's own memory figure, reported by the first batch (before
+  // its answers went out).
+  EXPECT_THAT(Sample(scrape, R"(metalserve_device_memory_bytes{device="cuda:0",kind="reserved"})"),
+              Optional(Eq(100)));
+  EXPECT_THAT(Sample(scrape, R"(metalserve_device_memory_bytes{device="cpu",kind="reserved"})"),
+              Optional(Eq(50)));
 
   ASSERT_TRUE(manager->Unload("a").ok());
   ASSERT_TRUE(manager->WaitUntilReleased("a", absl::Seconds(10)));
   const std::string after = metrics->Scrape();
   EXPECT_THAT(after, Not(HasSubstr("metalserve_device_batches_total{")));
+  EXPECT_THAT(after, Not(HasSubstr("metalserve_device_forward_seconds{")));
   EXPECT_THAT(after, Not(HasSubstr("metalserve_device_memory_bytes{device=\"cpu\"")));
   EXPECT_THAT(after, Not(HasSubstr("metalserve_device_memory_bytes{device=\"cuda:0\"")));
   server.reset();
