@@ -9,8 +9,6 @@ OUT=${OUT:-/tmp/aoti-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 mkdir -p build-gpu/models /tmp/x16
 # Background jobs are waited for by pid: a bare `wait` also waits for the
 # tee above (a process substitution), which never ends.

@@ -12,6 +12,10 @@ rm -f /opt/deb/usr/lib/x86_64-linux-gnu/libgnutls.a
 printf "Name: gnutls\nDescription: host\nVersion: 3.7.9\nLibs: -lgnutls\nCflags:\n" \
   > /opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+uptime
+# stamp MESSAGE: the message after the seconds since this file was sourced.
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 
 # gpu_build TARGET...: configures build-gpu (Release, no tests, the client
 # without libcurl: the unpacked Debian libcurl does not link on the host,

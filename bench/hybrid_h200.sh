@@ -21,9 +21,6 @@ MODELS=${MODELS:-tiny_cnn,lstm_small,mobilenet_v3_small,resnet50}
 mkdir -p "$RES" "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-uptime
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 mkdir -p build-gpu/models
 # Waited for by pid: a bare `wait` also waits for the tee above.
 (python3 models/export.py --out build-gpu/models --only "$MODELS" > "$OUT/export.txt" 2>&1 ||

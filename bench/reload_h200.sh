@@ -24,9 +24,6 @@ FLAGS=${FLAGS:---device=cuda --threads=8 --max_batch_size=64 --executors=2 --dev
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-uptime
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 (python3 models/export.py --repository build-gpu/model_repository --only "$MODELS" \
    > "$OUT/export.txt" 2>&1 || echo "export FAILED" >> "$OUT/export.txt") &
 export_pid=$!

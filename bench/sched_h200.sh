@@ -24,9 +24,6 @@ mkdir -p "$RES"
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-uptime
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 mkdir -p build-gpu/models
 # Waited for by pid: a bare `wait` also waits for the tee above (a process
 # substitution), which never ends.
