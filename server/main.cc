@@ -82,7 +82,8 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::vector<std::string>, devices, {},
           "Hybrid serving: the model resident on each listed device (e.g. cuda,cpu "
           "or mps,cpu), each batch sent to the one expected to finish it first "
-          "(server/runtime/hybrid_runner.h); overrides --device. --model only");
+          "(server/runtime/hybrid_runner.h); overrides --device. With --model; a "
+          "repository model lists \"devices\" in its config.json");
 ABSL_FLAG(int, threads, 0, "CPU intra-op threads; 0 = number of cores");
 ABSL_FLAG(std::string, precision, "fp32", "Compute precision: fp32, fp16 or bf16");
 ABSL_FLAG(bool, channels_last, false, "Run 4-D inputs in channels-last memory format");
@@ -465,7 +466,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<metalserve::InferenceServer> server;
   if (!absl::GetFlag(FLAGS_model_repository).empty()) {
     if (!absl::GetFlag(FLAGS_devices).empty()) {
-      LOG(ERROR) << "--devices serves --model only (not yet a repository's models)";
+      LOG(ERROR) << "--devices serves --model only; a repository model lists \"devices\" in "
+                    "its config.json (docs/repository.md)";
       return 1;
     }
     repository = RepositoryOrExit(so, ro, metrics.get());

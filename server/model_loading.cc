@@ -21,7 +21,8 @@ std::shared_ptr<DeviceThread> DeviceThreads::For(const std::string& device) {
 }
 
 RunnerMaker TorchRunnerMaker(RuntimeOptions defaults, DeviceThreads* threads) {
-  return [defaults = std::move(defaults), threads](const RunnerSpec& spec) {
+  return [defaults = std::move(defaults),
+          threads](const RunnerSpec& spec) -> absl::StatusOr<std::unique_ptr<Runner>> {
     RuntimeOptions ro = defaults;
     ro.model_path = spec.model_path;
     // The signature comes from config.json, already read by the scan.
@@ -42,7 +43,19 @@ RunnerMaker TorchRunnerMaker(RuntimeOptions defaults, DeviceThreads* threads) {
     ro.device_thread_for = [threads](const std::string& device) { return threads->For(device); };
     ro.device_key = absl::StrCat(spec.id.model, ":", spec.id.version);
     ro.cache_policies = threads->cache_policies();
-    return CreateTorchRunner(ro);
+    if (s.devices.empty()) return CreateTorchRunner(ro);
+    // Hybrid: a runner per device, each on that device's shared thread.
+    auto make = [&ro](const std::string& device) {
+      RuntimeOptions one = ro;
+      one.device = device;
+      return CreateTorchRunner(one);
+    };
+    ASSIGN_OR_RETURN(std::unique_ptr<HybridRunner> hybrid,
+                     HybridRunner::Create(s.devices, make, ro.warmup_batch_sizes,
+                                          ro.verify_tolerance, nullptr));
+    LOG(INFO) << "hybrid: " << spec.id.ToString() << " on " << hybrid->info().device
+              << ", outputs agree at the warm-up sizes";
+    return std::unique_ptr<Runner>(std::move(hybrid));
   };
 }
 

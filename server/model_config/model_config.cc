@@ -114,6 +114,7 @@ std::string FirstSettingKey(const v1::ModelConfig& c) {
   if (c.has_channels_last()) return "channels_last";
   if (c.has_optimize()) return "optimize";
   if (c.has_device()) return "device";
+  if (c.devices_size() > 0) return "devices";
   if (c.has_version_policy()) return "version_policy";
   return "";
 }

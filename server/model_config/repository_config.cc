@@ -51,13 +51,17 @@ absl::Status CheckKind(const google::protobuf::Value& value, JsonKind want,
                             KindName(want)));
 }
 
-absl::Status CheckNumbers(const google::protobuf::Value& list, absl::string_view key) {
+absl::Status CheckListOf(const google::protobuf::Value& list, JsonKind item,
+                         absl::string_view key) {
   RETURN_IF_ERROR(CheckKind(list, google::protobuf::Value::kListValue, key));
   for (int i = 0; i < list.list_value().values_size(); ++i) {
-    RETURN_IF_ERROR(CheckKind(list.list_value().values(i), google::protobuf::Value::kNumberValue,
-                              absl::StrCat(key, "[", i, "]")));
+    RETURN_IF_ERROR(CheckKind(list.list_value().values(i), item, absl::StrCat(key, "[", i, "]")));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckNumbers(const google::protobuf::Value& list, absl::string_view key) {
+  return CheckListOf(list, google::protobuf::Value::kNumberValue, key);
 }
 
 // Protobuf's JSON parser is lenient where a config file should not be: it
@@ -81,6 +85,9 @@ absl::Status CheckSettingTypes(absl::string_view json) {
   }
   if (fields.contains("allowed_batch_sizes")) {
     RETURN_IF_ERROR(CheckNumbers(fields.at("allowed_batch_sizes"), "allowed_batch_sizes"));
+  }
+  if (fields.contains("devices")) {
+    RETURN_IF_ERROR(CheckListOf(fields.at("devices"), V::kStringValue, "devices"));
   }
   if (!fields.contains("version_policy")) return absl::OkStatus();
   const auto& policy = fields.at("version_policy").struct_value().fields();
@@ -171,6 +178,21 @@ absl::StatusOr<ModelSettings> ToSettings(const v1::ModelConfig& c) {
     RETURN_IF_ERROR(CheckDevice(c.device()));
     s.device = c.device();
   }
+  if (c.devices_size() > 0) {
+    if (c.has_device()) return Error("device and devices: set one (devices serves on several)");
+    if (c.devices_size() < 2) {
+      return Error(absl::StrCat("devices: hybrid serving needs two or more devices, got ",
+                                c.devices_size()));
+    }
+    for (const std::string& d : c.devices()) {
+      if (d == "auto") return Error("devices: 'auto' chooses one device; name each device");
+      if (d != "first_available") RETURN_IF_ERROR(CheckDevice(d));
+      if (std::find(s.devices.begin(), s.devices.end(), d) != s.devices.end()) {
+        return Error(absl::StrCat("devices: '", d, "' is listed twice"));
+      }
+      s.devices.push_back(d);
+    }
+  }
   return s;
 }
 
@@ -249,7 +271,8 @@ std::vector<int64_t> VersionPolicy::MissingSpecific(const std::vector<int64_t>& 
 
 bool ModelSettings::empty() const {
   return !max_batch_size && !max_queue_delay && allowed_batch_sizes.empty() &&
-         !max_queue_size && !precision && !channels_last && !optimize && !device;
+         !max_queue_size && !precision && !channels_last && !optimize && !device &&
+         devices.empty();
 }
 
 absl::StatusOr<RepositoryModelConfig> ParseRepositoryModelConfig(absl::string_view json) {

@@ -59,6 +59,9 @@ struct ModelSettings {
   std::optional<bool> channels_last;
   std::optional<std::string> optimize;         // none, freeze, full, auto
   std::optional<std::string> device;           // auto, cpu, mps, cuda, cuda:N
+  // Hybrid serving (--devices for this model): two or more distinct
+  // devices (cpu, mps, cuda, cuda:N, first_available), none with `device`.
+  std::vector<std::string> devices;
 
   // True when no setting is given.
   bool empty() const;

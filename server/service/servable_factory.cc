@@ -100,7 +100,11 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServableFactory::LoadServabl
 absl::StatusOr<std::unique_ptr<Servable>> ModelServableFactory::LoadWithinBudget(
     const RunnerSpec& r, BatcherOptions batching) {
   MemoryBudget* budget = options_.memory_budget;
-  const std::string device = r.settings.device.value_or(options_.device);
+  // A hybrid model is counted under its first device (the accelerator,
+  // listed first).
+  const std::string device = !r.settings.devices.empty()
+                                 ? r.settings.devices.front()
+                                 : r.settings.device.value_or(options_.device);
   const std::string precision = r.settings.precision.value_or(options_.precision);
   std::error_code error;
   const auto file_size = std::filesystem::file_size(r.model_path, error);

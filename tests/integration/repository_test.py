@@ -175,6 +175,47 @@ class Repository(unittest.TestCase):
         self.assertEqual(errors, [])
         self.assertEqual(checked[0], 15 * CLIENTS)
 
+    def test_a_model_whose_config_lists_devices_is_served_by_the_hybrid(self):
+        # This machine's stand-in for two devices: first_available resolves to
+        # the CPU, so the hybrid has two CPU runners, each on its device's
+        # shared thread; what is checked is the path (config -> hybrid ->
+        # per-device series), and that answers equal the plain model's.
+        src = os.path.join(self.root, "tiny_cnn")
+        dst = os.path.join(self.root, "tiny_hybrid")
+        os.makedirs(os.path.join(dst, "1"))
+        shutil.copy(os.path.join(src, "1", "model.pt"), os.path.join(dst, "1"))
+        with open(os.path.join(src, "config.json")) as f:
+            config = json.load(f)
+        config["name"] = "tiny_hybrid"
+        config["devices"] = ["first_available", "cpu"]
+        with open(os.path.join(dst, "config.json"), "w") as f:
+            json.dump(config, f)
+        self.kserve.RepositoryModelLoad(
+            kpb.RepositoryModelLoadRequest(model_name="tiny_hybrid"), timeout=120)
+        x = [0.25] * 192
+        for _ in range(5):
+            self.assertEqual(self.floats(self.infer("tiny_hybrid", x, [1, 3, 8, 8])),
+                             self.floats(self.infer("tiny_cnn", x, [1, 3, 8, 8])))
+        meta = self.native.GetModelMetadata(
+            npb.GetModelMetadataRequest(model_name="tiny_hybrid"), timeout=10)
+        self.assertEqual(meta.device, "cpu+cpu")
+        self.assertEqual(meta.device_choice.reason, "hybrid")
+        # Both runners share the label "cpu": every batch is counted there.
+        self.assertEqual(self.metric("metalserve_device_batches_total", model="tiny_hybrid",
+                                     version="1", device="cpu"), 5.0)
+        with open(self.log) as f:
+            self.assertIn("hybrid: tiny_hybrid", f.read())
+        # A config naming one device for hybrid serving is refused at load,
+        # and the served models are untouched.
+        config["devices"] = ["cpu"]
+        with open(os.path.join(dst, "config.json"), "w") as f:
+            json.dump(config, f)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.kserve.RepositoryModelLoad(
+                kpb.RepositoryModelLoadRequest(model_name="tiny_hybrid"), timeout=60)
+        self.assertIn("devices: hybrid serving needs two or more devices", e.exception.details())
+        self.assertEqual(self.floats(self.identity()), [1.0, 2.0, 3.0, 4.0])
+
     def run_clients(self, call, stop):
         """Each client calls `call()` until `stop` is set; returns one list
         per client of (code name, version or None)."""

@@ -9,6 +9,7 @@
 namespace metalserve {
 namespace {
 
+using ::metalserve::testing::IsOk;
 using ::metalserve::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -120,6 +121,8 @@ TEST(RepositoryConfigTest, LenientJsonTypesAreErrorsNamingKeyAndValue) {
        "version_policy.latest.num_versions: \"2\" is a string"},
       {R"("version_policy": {"specific": {"versions": 1}})",
        "version_policy.specific.versions: 1 is a number; expected a list"},
+      {R"("devices": "cuda")", "devices: \"cuda\" is a string; expected a list"},
+      {R"("devices": ["cuda", 1])", "devices[1]"},
   };
   for (const auto& [extra, message] : cases) {
     EXPECT_THAT(ParseRepositoryModelConfig(Config(extra)),
@@ -137,6 +140,11 @@ TEST(RepositoryConfigTest, OutOfRangeSettingsAreErrorsNamingKeyAndValue) {
       {R"("optimize": "max")", "optimize: 'max'"},
       {R"("device": "gpu")", "device: 'gpu'"},
       {R"("device": "cuda:x")", "device: 'cuda:x'"},
+      {R"("devices": ["cuda"])", "devices: hybrid serving needs two or more devices, got 1"},
+      {R"("devices": ["cuda", "cuda"])", "devices: 'cuda' is listed twice"},
+      {R"("devices": ["cuda", "gpu"])", "device: 'gpu'"},
+      {R"("devices": ["auto", "cpu"])", "devices: 'auto' chooses one device"},
+      {R"("devices": ["cuda", "cpu"], "device": "cpu")", "device and devices: set one"},
       {R"("allowed_batch_sizes": [4, 2])", "allowed_batch_sizes[1]: 2"},
       {R"("allowed_batch_sizes": [0])", "allowed_batch_sizes[0]: 0"},
       {R"("allowed_batch_sizes": [1, 4], "max_batch_size": 8)",
@@ -152,6 +160,18 @@ TEST(RepositoryConfigTest, OutOfRangeSettingsAreErrorsNamingKeyAndValue) {
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)))
         << extra;
   }
+}
+
+TEST(RepositoryConfigTest, DevicesServeTheModelOnEachInTheOrderGiven) {
+  absl::StatusOr<RepositoryModelConfig> c =
+      ParseRepositoryModelConfig(Config(R"("devices": ["cuda:1", "cpu"])"));
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_EQ(c->settings.devices, (std::vector<std::string>{"cuda:1", "cpu"}));
+  EXPECT_FALSE(c->settings.device.has_value());
+  EXPECT_FALSE(c->settings.empty());
+  EXPECT_THAT(ParseModelSignature(Config(R"("devices": ["cuda", "cpu"])")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'devices' is a model repository setting")));
 }
 
 TEST(RepositoryConfigTest, VersionKeyIsRefusedBecauseVersionsAreFolders) {
