@@ -44,18 +44,9 @@ RunnerMaker TorchRunnerMaker(RuntimeOptions defaults, DeviceThreads* threads) {
     ro.device_key = absl::StrCat(spec.id.model, ":", spec.id.version);
     ro.cache_policies = threads->cache_policies();
     if (s.devices.empty()) return CreateTorchRunner(ro);
-    // Hybrid: a runner per device, each on that device's shared thread.
-    auto make = [&ro](const std::string& device) {
-      RuntimeOptions one = ro;
-      one.device = device;
-      return CreateTorchRunner(one);
-    };
-    ASSIGN_OR_RETURN(std::unique_ptr<HybridRunner> hybrid,
-                     HybridRunner::Create(s.devices, make, ro.warmup_batch_sizes,
-                                          ro.verify_tolerance, nullptr));
-    LOG(INFO) << "hybrid: " << spec.id.ToString() << " on " << hybrid->info().device
-              << ", outputs agree at the warm-up sizes";
-    return std::unique_ptr<Runner>(std::move(hybrid));
+    // Hybrid: a runner per device, each on that device's shared thread
+    // (device_thread_for above).
+    return CreateHybridTorchRunner(ro, s.devices);
   };
 }
 

@@ -104,8 +104,9 @@ absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(
     const RuntimeOptions& runtime, int64_t device_memory_budget = 0);
 
 // --devices (hybrid_runner.h): `runtime`'s model on each of `devices`, each
-// with its own device thread, checked to agree at the warm-up sizes within
-// the verification tolerance.
+// with its own device thread (or, where runtime.device_thread_for is set,
+// the thread it gives for that device: a repository's shared ones), checked
+// to agree at the warm-up sizes within the verification tolerance.
 absl::StatusOr<std::unique_ptr<Runner>> CreateHybridTorchRunner(
     const RuntimeOptions& runtime, const std::vector<std::string>& devices);
 
