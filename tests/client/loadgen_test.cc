@@ -306,20 +306,32 @@ TEST(LoadGeneratorTest, ServerQueueTimesGiveRealPercentilesNotOnlyTheMean) {
 
 TEST(LoadGeneratorTest, DeadlineExpiryIsCountedAsDeadlineExceeded) {
   // The server's 300 ms never pass (simulated time stands still), so every
-  // call ends by its real 20 ms gRPC deadline while the server still holds
-  // it: the run did not wait for the server.
-  SimulatedRig rig({.delay = absl::Milliseconds(300)});
+  // call ends by its real gRPC deadline while the server still holds it: the
+  // run did not wait for the server. The channel is connected before the run
+  // and the deadline is long (500 ms), so every call reaches the server
+  // before it expires even on a loaded machine under TSan: with 20 ms and a
+  // lazily connected channel, calls sometimes expired while connecting or
+  // before the server had seen them. The server's count is awaited, since a
+  // call's arrival there and the run's end are not ordered.
+  SimulatedClock clock;
+  auto server = FakeInferenceServer::Start(
+      {.delay = absl::Milliseconds(300), .clock = &clock});
+  std::shared_ptr<grpc::Channel> channel = server->NewChannel();
+  ASSERT_TRUE(channel->WaitForConnected(absl::ToChronoTime(absl::Now() + kSafetyTimeout)));
+  auto gen = LoadGenerator::Create({channel}, SmallRequest(1), &clock);
+  ASSERT_TRUE(gen.ok()) << gen.status();
   LoadSpec spec;
   spec.concurrency = 2;
   spec.max_requests = 4;
-  spec.deadline = absl::Milliseconds(20);
-  auto stats = rig.gen->Run(spec);
+  spec.deadline = absl::Milliseconds(500);
+  auto stats = (*gen)->Run(spec);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->ok, 0);
   EXPECT_THAT(stats->errors, ElementsAre(Pair("DEADLINE_EXCEEDED", 4)));
   EXPECT_EQ(stats->elapsed, absl::ZeroDuration());
-  EXPECT_EQ(rig.server->received(), 4);
-  EXPECT_EQ(rig.server->in_flight(), 4);
+  ASSERT_TRUE(server->AwaitReceived(4));
+  EXPECT_EQ(server->received(), 4);
+  EXPECT_EQ(server->in_flight(), 4);
 }
 
 // The number of arrivals strictly inside the server's stall window.
