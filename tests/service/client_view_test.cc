@@ -264,7 +264,7 @@ TEST_F(ClientViewTest, QueueDepthGaugeReturnsToZeroAfterQueuedCallsExpire) {
   for (int i = 0; i < kQueued; ++i) {
     queued.emplace_back([&, i] {
       PredictResponse resp;
-      Call(MakeRequest(1, i), &resp, absl::Seconds(1));
+      Call(MakeRequest(1, i), &resp, absl::Seconds(3));
     });
   }
   // All three are queued (long before their deadlines), then their clients

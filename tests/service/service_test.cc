@@ -206,12 +206,17 @@ TEST_F(ServiceTest, DeadlinePassedInQueueIsDeadlineExceededAndNeverRuns) {
   PredictResponse r1, r2;
   std::thread t([&] { first = Call(MakeRequest(1, 1), &r1); });
   runner_.AwaitRunning(1);
-  grpc::Status late = Call(MakeRequest(1, 2), &r2, absl::Milliseconds(100));
+  // The late call waits in the queue (the server has it: no deadline can
+  // pass in transit on a loaded machine), then its client gives up.
+  grpc::Status late;
+  std::thread l([&] { late = Call(MakeRequest(1, 2), &r2, absl::Seconds(1)); });
+  ASSERT_TRUE(AwaitQueueDepth(1));
+  l.join();
   EXPECT_EQ(late.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   // The client gives up at its own deadline; the server's counts from when
   // the call arrived and may lie a moment later. Let the server's pass too
   // before freeing the executor, whose next poll must then expire the call.
-  absl::SleepFor(absl::Milliseconds(50));
+  absl::SleepFor(absl::Milliseconds(500));
   runner_.OpenGate();
   t.join();
   EXPECT_TRUE(first.ok());
