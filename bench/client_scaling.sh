@@ -8,6 +8,7 @@
 #   bench/client_scaling.sh build-gpu build-gpu/models/resnet50.pt \
 #       "--device=cuda --threads=8 --max_batch_size=256" 256 "1 2 4" 5
 #
+# SERVER_ENV="K=V ..." sets variables in the server's environment only.
 # Prints one line per N: total req/s, each process's req/s, the worst p99,
 # errors and server CPU us/request. Loopback only; stops by itself.
 set -euo pipefail
@@ -15,7 +16,7 @@ build=$1 model=$2 flags=$3 conc=$4 counts=$5 dur=${6:-5}
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 # shellcheck disable=SC2086
-"$build/metalserve" --model="$model" --address=127.0.0.1:$port --metrics_address= --http_address= \
+env ${SERVER_ENV:-} "$build/metalserve" --model="$model" --address=127.0.0.1:$port --metrics_address= --http_address= \
   --monitor_log_interval=0 $flags > "$work/server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; rm -rf "$work"' EXIT

@@ -53,10 +53,12 @@ def cpu_seconds(pid):
 class Proc:
     """A server process started with `cmd`, ready when `ready` is in its log."""
 
-    def __init__(self, cmd, log_path, ready, timeout=120):
-        print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    def __init__(self, cmd, log_path, ready, timeout=120, env=None):
+        print("+ " + " ".join([f"{k}={v}" for k, v in (env or {}).items()] + cmd),
+              file=sys.stderr, flush=True)
         self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
         deadline = time.time() + timeout
         while time.time() < deadline:
             text = open(log_path).read()
@@ -78,6 +80,12 @@ class Proc:
         self.log.close()
 
 
+def server_env(a):
+    """--server_env K=V pairs: the servers' environment on top of this one's
+    (the client's stays as it is)."""
+    return dict(kv.split("=", 1) for kv in a.server_env)
+
+
 def addresses(workdir, tag):
     port = free_port()
     sock = os.path.join(workdir, f"{tag}.sock")
@@ -91,7 +99,8 @@ def start_echo(a, sig, workdir, tag):
     for kind, target in addr.items():
         procs[kind] = Proc([os.path.join(a.build, "bench/transport/echo_server"),
                             f"--signature={sig}", f"--address={target}"],
-                           os.path.join(workdir, f"{tag}-{kind}.log"), "ready: gRPC")
+                           os.path.join(workdir, f"{tag}-{kind}.log"), "ready: gRPC",
+                           env=server_env(a))
     return procs, addr
 
 
@@ -102,7 +111,7 @@ def start_metalserve(a, model, workdir, tag):
            f"--max_batch_size={a.max_batch_size}", f"--threads={a.threads}",
            f"--max_queue_delay={a.max_queue_delay}", "--monitor_log_interval=0",
            "--device=cpu"] + a.server_args
-    p = Proc(cmd, os.path.join(workdir, f"{tag}.log"), "ready: gRPC")
+    p = Proc(cmd, os.path.join(workdir, f"{tag}.log"), "ready: gRPC", env=server_env(a))
     return {"tcp": p, "uds": p}, addr
 
 
@@ -191,6 +200,9 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--server_arg", dest="server_args", action="append", default=[],
                    help="extra metalserve flag, repeatable")
+    p.add_argument("--server_env", action="append", default=[], metavar="K=V",
+                   help="set in the servers' environment only (repeatable), e.g. "
+                        "METALSERVE_MUTEX_DEADLOCK_DETECTION=1")
     p.add_argument("--json", default="", help="write the rows here")
     a = p.parse_args()
     sigs = [s for s in a.payloads.split(",") if s] or [

@@ -42,6 +42,7 @@
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "common/clock.h"
 #include "common/flags_help.h"
+#include "common/mutex_mode.h"
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, target, "",
@@ -458,6 +459,8 @@ int Main() {
 }  // namespace metalserve::client
 
 int main(int argc, char** argv) {
+  // METALSERVE_MUTEX_DEADLOCK_DETECTION=0 (common/mutex_mode.h).
+  metalserve::ApplyMutexDeadlockDetectionSetting();
   absl::SetProgramUsageMessage(
       "Load-tests a metalserve server: metalserve-bench --target=host:port "
       "[--concurrency=1:64:x2 | --rate=R] [--duration=10s | --requests=N]");

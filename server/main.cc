@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "common/flags_help.h"
+#include "common/mutex_mode.h"
 #include "server/flag_lists.h"
 #include "server/metrics/metrics.h"
 #include "server/model_loading.h"
@@ -439,6 +440,8 @@ std::unique_ptr<metalserve::RepositoryServing> RepositoryOrExit(
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread or mutex (common/mutex_mode.h).
+  const bool detection_off = metalserve::ApplyMutexDeadlockDetectionSetting();
   absl::SetProgramUsageMessage(
       "Serves one TorchScript model over gRPC (metalserve.v1.Inference, health, "
       "reflection) behind a dynamic batcher, with Prometheus metrics.\n"
@@ -451,6 +454,10 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   InstallSignalHandlers();
   KeepLargeBlocksInHeap();
+  if (detection_off) {
+    LOG(INFO) << "Abseil mutex deadlock detection off (" << metalserve::kDeadlockDetectionEnv
+              << "=0)";
+  }
   const std::string dump_path = absl::GetFlag(FLAGS_metrics_dump);
   const std::string version = METALSERVE_VERSION;
 

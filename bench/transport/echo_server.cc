@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "common/mutex_mode.h"
 #include "grpcpp/grpcpp.h"
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "server/model_config/model_config.h"
@@ -129,6 +130,9 @@ int Main() {
 }  // namespace metalserve
 
 int main(int argc, char** argv) {
+  // As metalserve does (common/mutex_mode.h), so that the floor and the
+  // server pay the same for gRPC's own mutexes.
+  metalserve::ApplyMutexDeadlockDetectionSetting();
   absl::ParseCommandLine(argc, argv);
 #ifdef __GLIBC__
   // The allocator settings metalserve uses (server/main.cc), so that the
