@@ -36,7 +36,7 @@ class TransportTest(unittest.TestCase):
         self.server = proc_util.Process(
             [ARGS.server, f"--model=null:{ARGS.signature}",
              f"--address=127.0.0.1:{self.port},unix://{self.sock}",
-             "--metrics_address=", "--max_batch_size=8", "--monitor_log_interval=0"],
+             "--metrics_address=", "--http_address=", "--max_batch_size=8", "--monitor_log_interval=0"],
             log_path=self.log)
         self.addCleanup(self.server.stop)
 
@@ -72,7 +72,7 @@ class TransportTest(unittest.TestCase):
     def test_second_server_on_the_live_socket_exits_naming_it(self):
         other = subprocess.run(
             [ARGS.server, f"--model=null:{ARGS.signature}",
-             f"--address=unix://{self.sock}", "--metrics_address="],
+             f"--address=unix://{self.sock}", "--metrics_address=", "--http_address="],
             capture_output=True, text=True, timeout=60)
         self.assertNotEqual(other.returncode, 0)
         self.assertIn("already answers", other.stderr)
