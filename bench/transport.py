@@ -107,7 +107,7 @@ def start_echo(a, sig, workdir, tag):
 def start_metalserve(a, model, workdir, tag):
     addr = addresses(workdir, tag)
     cmd = [a.metalserve or os.path.join(a.build, "metalserve"), f"--model={model}",
-           f"--address={addr['tcp']},{addr['uds']}", "--metrics_address=",
+           f"--address={addr['tcp']},{addr['uds']}", "--metrics_address=", "--http_address=",
            f"--max_batch_size={a.max_batch_size}", f"--threads={a.threads}",
            f"--max_queue_delay={a.max_queue_delay}", "--monitor_log_interval=0",
            "--device=cpu"] + a.server_args
@@ -119,7 +119,7 @@ def measure(a, proc, target):
     """One timed metalserve-bench run; the server's CPU over it."""
     bench = os.path.join(a.build, "metalserve-bench")
     common = [bench, f"--target={target}", f"--concurrency={a.concurrency}",
-              "--output=json", "--progress=off", f"--input={a.input}"]
+              "--output=json", "--progress=off", f"--input={a.input}"] + a.bench_args
     subprocess.run(common + ["--requests=200"], check=True, capture_output=True)  # warm-up
     c0 = cpu_seconds(proc.proc.pid)
     out = subprocess.run(common + [f"--duration={a.duration}s"], check=True,
@@ -200,6 +200,9 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--server_arg", dest="server_args", action="append", default=[],
                    help="extra metalserve flag, repeatable")
+    p.add_argument("--bench_arg", dest="bench_args", action="append", default=[],
+                   help="extra metalserve-bench flag, repeatable (e.g. --protocol=kserve: "
+                        "then leave echo out of --servers, it serves Predict only)")
     p.add_argument("--server_env", action="append", default=[], metavar="K=V",
                    help="set in the servers' environment only (repeatable), e.g. "
                         "METALSERVE_MUTEX_DEADLOCK_DETECTION=1")

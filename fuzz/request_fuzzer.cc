@@ -11,8 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "google/protobuf/util/message_differencer.h"
+#include "inference/grpc_service.pb.h"
 #include "metalserve/v1/inference.pb.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/service/kserve_codec.h"
 #include "server/service/sliced_request.h"
 #include "server/service/tensor_codec.h"
 
@@ -32,12 +35,51 @@ void Check(bool ok) {
 
 // When the in-place walk takes the bytes, protobuf takes them too and both
 // read the same inputs.
-void CheckSlicedAgrees(const uint8_t* data, size_t size) {
+grpc::ByteBuffer SevenByteSlices(const uint8_t* data, size_t size) {
   std::vector<grpc::Slice> slices;
   for (size_t at = 0; at < size; at += 7) {
     slices.emplace_back(data + at, std::min<size_t>(7, size - at));
   }
-  grpc::ByteBuffer body(slices.data(), slices.size());
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// The same for a ModelInferRequest: the skeleton is the request without
+// raw_input_contents, the views join to its entries, and decoding from the
+// views answers as decoding the parsed request does.
+void CheckSlicedModelInferAgrees(const uint8_t* data, size_t size) {
+  const grpc::ByteBuffer body = SevenByteSlices(data, size);
+  metalserve::HeldBytesBudget budget(int64_t{1} << 30);
+  metalserve::SlicedModelInferRequest sliced;
+  if (!metalserve::ParseSlicedModelInferRequest(body, &budget, &sliced)) return;
+  inference::ModelInferRequest request;
+  Check(request.ParseFromArray(data, static_cast<int>(size)));
+  Check(static_cast<int>(sliced.raw_input_contents.size()) == request.raw_input_contents_size());
+  for (int i = 0; i < request.raw_input_contents_size(); ++i) {
+    std::string bytes;
+    for (absl::string_view p : sliced.raw_input_contents[i]) bytes.append(p.data(), p.size());
+    Check(bytes == request.raw_input_contents(i));
+  }
+  inference::ModelInferRequest skeleton = request;
+  skeleton.clear_raw_input_contents();
+  Check(google::protobuf::util::MessageDifferencer::Equals(sliced.skeleton, skeleton));
+  std::vector<std::string> storage, copy_storage;
+  const auto in_place =
+      metalserve::DecodeKServeInputs(sliced.skeleton, &storage, &sliced.raw_input_contents);
+  const auto copied = metalserve::DecodeKServeInputs(request, &copy_storage);
+  Check(in_place.ok() == copied.ok());
+  if (!copied.ok()) {
+    Check(in_place.status() == copied.status());
+    return;
+  }
+  for (size_t i = 0; i < copied->size(); ++i) {
+    std::string bytes((*in_place)[i].data);
+    for (absl::string_view p : (*in_place)[i].pieces) bytes.append(p.data(), p.size());
+    Check(bytes == std::string((*copied)[i].data));
+  }
+}
+
+void CheckSlicedAgrees(const uint8_t* data, size_t size) {
+  const grpc::ByteBuffer body = SevenByteSlices(data, size);
   metalserve::HeldBytesBudget budget(int64_t{1} << 30);
   metalserve::SlicedPredictRequest sliced;
   if (!metalserve::ParseSlicedPredictRequest(body, &budget, &sliced)) return;
@@ -59,6 +101,7 @@ void CheckSlicedAgrees(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckSlicedAgrees(data, size);
+  CheckSlicedModelInferAgrees(data, size);
   metalserve::v1::PredictRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   const std::vector<metalserve::RawInput> raw = metalserve::DecodeInputs(request);

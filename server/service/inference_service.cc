@@ -80,13 +80,13 @@ InferenceService::InferenceService(const ModelLookup* models,
                                    Metrics* metrics, Clock* clock,
                                    std::string server_version,
                                    AccessLog* access_log,
-                                   int64_t max_held_request_bytes)
+                                   HeldBytesBudget* held_bytes)
     : models_(models),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
       server_version_(std::move(server_version)),
       access_log_(access_log),
-      held_bytes_(max_held_request_bytes) {}
+      held_bytes_(held_bytes) {}
 
 grpc::ServerUnaryReactor* InferenceService::Predict(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
@@ -121,7 +121,7 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   // walk does not take, or one over the held-bytes budget, is parsed (copied)
   // the ordinary way, which also answers a malformed one.
   auto request = std::make_unique<SlicedPredictRequest>();
-  if (ParseSlicedPredictRequest(*bytes, &held_bytes_, request.get())) {
+  if (ParseSlicedPredictRequest(*bytes, held_bytes_, request.get())) {
     bytes->Clear();
   } else {
     request = std::make_unique<SlicedPredictRequest>();

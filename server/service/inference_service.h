@@ -41,12 +41,12 @@ class InferenceService final
               metalserve::v1::Inference::Service>> {
  public:
   // `metrics` and `access_log` may be null. Requests' tensor bytes are read
-  // in place from gRPC's slices while the queued requests hold at most
-  // `max_held_request_bytes` that way (0: never; sliced_request.h).
+  // in place from gRPC's slices while `held_bytes` (not owned, shared with
+  // KServe's ModelInfer; null: never) has room for them (sliced_request.h).
   InferenceService(const ModelLookup* models, Metrics* metrics,
                    Clock* clock, std::string server_version,
                    AccessLog* access_log = nullptr,
-                   int64_t max_held_request_bytes = 0);
+                   HeldBytesBudget* held_bytes = nullptr);
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
@@ -73,7 +73,7 @@ class InferenceService final
   std::atomic<bool> cut_off_{false};
   int64_t max_request_bytes_ = int64_t{64} << 20;
   // Bytes of queued requests held as gRPC's slices (sliced_request.h).
-  HeldBytesBudget held_bytes_;
+  HeldBytesBudget* const held_bytes_;
 };
 
 }  // namespace metalserve

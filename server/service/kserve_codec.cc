@@ -99,11 +99,14 @@ absl::Status ContentsToBytes(const ModelInferRequest::InferInputTensor& in,
 // Decodes the request's inputs; `storage` receives bytes converted from
 // typed contents (views point into it or into `request`).
 absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
-    const ModelInferRequest& request, std::vector<std::string>* storage) {
-  const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
+    const ModelInferRequest& request, std::vector<std::string>* storage,
+    const std::vector<std::vector<absl::string_view>>* raw_pieces) {
+  const int raw_count = raw_pieces != nullptr ? static_cast<int>(raw_pieces->size())
+                                              : request.raw_input_contents_size();
+  const bool raw = raw_count > 0;
+  if (raw && raw_count != request.inputs_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "raw_input_contents has ", request.raw_input_contents_size(),
+        "raw_input_contents has ", raw_count,
         " entries but inputs has ", request.inputs_size(),
         "; give one entry per input, in the order of inputs"));
   }
@@ -130,7 +133,16 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
             "inputs[", i, "] ('", ClientText(t.name()), "').contents.", which,
             " is set together with raw_input_contents; use one or the other"));
       }
-      in.data = request.raw_input_contents(i);
+      if (raw_pieces != nullptr) {
+        const std::vector<absl::string_view>& views = (*raw_pieces)[i];
+        if (views.size() == 1) {
+          in.data = views[0];
+        } else if (views.size() > 1) {
+          in.pieces = views;
+        }
+      } else {
+        in.data = request.raw_input_contents(i);
+      }
     } else {
       std::string& bytes = (*storage)[i];
       absl::Status s = ContentsToBytes(t, in.dtype, i, &bytes);

@@ -31,8 +31,13 @@ namespace metalserve {
 // an unknown datatype, a raw_input_contents count that does not match the
 // inputs, raw and typed contents mixed, the wrong or several contents fields
 // set, or a value out of its datatype's range.
+// `raw_pieces`, when given, stands for the request's raw_input_contents,
+// read in place from gRPC's slices (sliced_request.h; the request itself then
+// has none): each input's bytes are its entry's pieces, and the checks and
+// messages are those of raw_input_contents.
 absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
-    const inference::ModelInferRequest& request, std::vector<std::string>* storage);
+    const inference::ModelInferRequest& request, std::vector<std::string>* storage,
+    const std::vector<std::vector<absl::string_view>>* raw_pieces = nullptr);
 
 // Indices into `specs` (the model's outputs) of the outputs the request asks
 // for, in the request's order; all of them, in the model's order, when it

@@ -36,7 +36,7 @@ class KServeTask final : public RpcInferTask {
   // `storage` holds bytes converted from typed contents that `inputs` may
   // point into; moving the vector keeps its elements where they are.
   KServeTask(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
-             std::unique_ptr<ModelInferRequest> request, grpc::ByteBuffer* response,
+             std::unique_ptr<SlicedModelInferRequest> request, grpc::ByteBuffer* response,
              std::vector<std::string> storage, std::vector<InputView> inputs,
              std::vector<size_t> outputs, ServableHandle model, Metrics* metrics,
              Clock* clock, absl::Time start,
@@ -61,7 +61,7 @@ class KServeTask final : public RpcInferTask {
     const ModelInfo& info = ServableOf(model_).info();
     response_.set_model_name(info.name);
     response_.set_model_version(info.version);
-    response_.set_id(request_->id());
+    response_.set_id(request_->skeleton.id());
     SetInt64Param("queue_time_us", absl::ToInt64Microseconds(stats.queue_time), &response_);
     SetInt64Param("compute_time_us", absl::ToInt64Microseconds(stats.compute_time), &response_);
     SetInt64Param("batch_rows", stats.batch_rows, &response_);
@@ -79,7 +79,7 @@ class KServeTask final : public RpcInferTask {
     }
   }
 
-  const std::unique_ptr<ModelInferRequest> request_;
+  const std::unique_ptr<SlicedModelInferRequest> request_;  // the inputs' bytes
   grpc::ByteBuffer* const response_bytes_;
   ModelInferResponse response_;  // serialised into response_bytes_ in Finish
   const std::vector<std::string> storage_;
@@ -92,13 +92,14 @@ class KServeTask final : public RpcInferTask {
 
 KServeService::KServeService(const ModelLookup* models, ModelRepository* repository,
                              Metrics* metrics, Clock* clock, std::string server_version,
-                             AccessLog* access_log)
+                             AccessLog* access_log, HeldBytesBudget* held_bytes)
     : models_(models),
       repository_(repository),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
       server_version_(std::move(server_version)),
-      access_log_(access_log) {}
+      access_log_(access_log),
+      held_bytes_(held_bytes) {}
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
     grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
@@ -225,13 +226,24 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
       return fail(s);
     }
   }
-  auto request = std::make_unique<ModelInferRequest>();
   // gRPC never reads the body again; parsing empties it (see raw_call.h).
   grpc::ByteBuffer* bytes = const_cast<grpc::ByteBuffer*>(body);
   if (absl::Status s = InflateRequestBody(bytes, max_request_bytes_); !s.ok()) return fail(s);
-  if (absl::Status s = ParseRequestBody(bytes, request.get()); !s.ok()) return fail(s);
+  // raw_input_contents stay in gRPC's slices (sliced_request.h); a body the
+  // walk does not take, or one over the held-bytes budget, is parsed (copied)
+  // the ordinary way, which also answers a malformed one.
+  auto request = std::make_unique<SlicedModelInferRequest>();
+  const std::vector<std::vector<absl::string_view>>* raw_pieces = nullptr;
+  if (ParseSlicedModelInferRequest(*bytes, held_bytes_, request.get())) {
+    bytes->Clear();
+    raw_pieces = &request->raw_input_contents;
+  } else {
+    request = std::make_unique<SlicedModelInferRequest>();
+    if (absl::Status s = ParseRequestBody(bytes, &request->skeleton); !s.ok()) return fail(s);
+  }
+  const ModelInferRequest& message = request->skeleton;
   absl::StatusOr<ServableHandle> found =
-      LookUpModel(*models_, "model_name", request->model_name(), request->model_version());
+      LookUpModel(*models_, "model_name", message.model_name(), message.model_version());
   if (!found.ok()) return fail(found.status());
   model = *std::move(found);
   ModelServable& servable = ServableOf(model);
@@ -240,14 +252,14 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   // A full queue refuses before the contents are converted.
   if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
   std::vector<std::string> storage;
-  absl::StatusOr<std::vector<RawInput>> raw = DecodeKServeInputs(*request, &storage);
+  absl::StatusOr<std::vector<RawInput>> raw = DecodeKServeInputs(message, &storage, raw_pieces);
   if (!raw.ok()) return fail(raw.status());
   absl::StatusOr<std::vector<InputView>> inputs = ValidateInputs(*raw, info.inputs);
   if (!inputs.ok()) return fail(inputs.status());
-  absl::StatusOr<std::vector<size_t>> outputs = SelectKServeOutputs(*request, info.outputs);
+  absl::StatusOr<std::vector<size_t>> outputs = SelectKServeOutputs(message, info.outputs);
   if (!outputs.ok()) return fail(outputs.status());
 
-  absl::StatusOr<int> priority = KServePriority(*request);
+  absl::StatusOr<int> priority = KServePriority(message);
   if (!priority.ok()) return fail(priority.status());
   auto infer = std::make_unique<KServeTask>(
       context, reactor, std::move(request), response, std::move(storage), *std::move(inputs),

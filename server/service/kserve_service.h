@@ -54,6 +54,7 @@
 #include "server/service/model_lookup.h"
 #include "server/service/repository_worker.h"
 #include "server/service/rpc_task.h"
+#include "server/service/sliced_request.h"
 
 namespace metalserve {
 
@@ -65,10 +66,12 @@ class KServeService final
           inference::GRPCInferenceService::CallbackService> {
  public:
   // `repository`, `metrics` and `access_log` may be null; `clock` null means
-  // the real clock. Starts not ready.
+  // the real clock. ModelInfer's raw_input_contents are read in place from
+  // gRPC's slices while `held_bytes` (not owned; null: never) has room for
+  // them (sliced_request.h). Starts not ready.
   KServeService(const ModelLookup* models, ModelRepository* repository, Metrics* metrics,
                 Clock* clock, std::string server_version,
-                AccessLog* access_log = nullptr);
+                AccessLog* access_log = nullptr, HeldBytesBudget* held_bytes = nullptr);
 
   void SetReady(bool ready) { ready_.store(ready); }
   bool ready() const { return ready_.load(); }
@@ -143,6 +146,7 @@ class KServeService final
   Clock* const clock_;
   const std::string server_version_;
   AccessLog* const access_log_;
+  HeldBytesBudget* const held_bytes_;  // shared with Predict's
   std::atomic<bool> ready_{false};
   std::atomic<bool> cut_off_{false};
   int64_t max_request_bytes_ = int64_t{64} << 20;

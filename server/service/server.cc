@@ -169,13 +169,15 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   std::unique_ptr<InferenceServer> s(new InferenceServer());
   s->metrics_ = metrics;
   s->models_ = models;
-  // Requests read in place keep gRPC's slices, counted in its memory quota:
-  // half of it at most, so the transport always has room to read.
+  // Requests read in place (Predict's and ModelInfer's) keep gRPC's slices,
+  // counted in its memory quota: half of it at most, so the transport always
+  // has room to read.
+  s->held_bytes_ = std::make_unique<HeldBytesBudget>(options.MemoryQuotaBytes() / 2);
   s->service_ = std::make_unique<InferenceService>(
-      models, metrics, clock, options.version, options.access_log,
-      options.MemoryQuotaBytes() / 2);
+      models, metrics, clock, options.version, options.access_log, s->held_bytes_.get());
   s->kserve_ = std::make_unique<KServeService>(models, repository, metrics, clock,
-                                               options.version, options.access_log);
+                                               options.version, options.access_log,
+                                               s->held_bytes_.get());
   s->service_->set_max_request_bytes(options.max_message_bytes);
   s->kserve_->set_max_request_bytes(options.max_message_bytes);
   RETURN_IF_ERROR(s->StartGrpc(options, creds));

@@ -44,6 +44,7 @@ class Service;
 namespace metalserve {
 
 class AccessLog;
+class HeldBytesBudget;
 class InferenceService;
 class KServeService;
 class RestServer;
@@ -167,6 +168,8 @@ class InferenceServer {
   Metrics* metrics_ = nullptr;
   std::unique_ptr<ModelLookup> own_models_;  // the one-runner Start's
   const ModelLookup* models_ = nullptr;
+  // Bytes of queued requests held as gRPC's slices; outlives both services.
+  std::unique_ptr<HeldBytesBudget> held_bytes_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<KServeService> kserve_;  // inference.GRPCInferenceService
   std::shared_ptr<AcceptedCalls::State> accepted_;  // unary calls in handlers

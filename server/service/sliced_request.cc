@@ -8,6 +8,7 @@ namespace {
 
 constexpr uint32_t kInputsField = 2;  // PredictRequest.inputs
 constexpr uint32_t kDataField = 4;    // Tensor.data
+constexpr uint32_t kRawInputContentsField = 7;  // ModelInferRequest.raw_input_contents
 constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
 
 // A cursor over the slices. Bytes read can be recorded into a sink.
@@ -138,15 +139,21 @@ bool ReadTensor(SliceReader* r, uint64_t length, std::string* tensor,
   return r->position() == end;
 }
 
-}  // namespace
-
-bool ParseSlicedPredictRequest(const grpc::ByteBuffer& body, HeldBytesBudget* budget,
-                               SlicedPredictRequest* out) {
+// Takes `body`'s length from `budget` and references its slices in `out`;
+// false when the budget has no room or the slices cannot be had.
+bool HoldSlices(const grpc::ByteBuffer& body, HeldBytesBudget* budget, HeldSlices* out) {
   const int64_t length = static_cast<int64_t>(body.Length());
   if (budget == nullptr || !budget->TryTake(length)) return false;
   out->budget = budget;
   out->held_bytes = length;
-  if (!body.Dump(&out->slices).ok()) return false;
+  return body.Dump(&out->slices).ok();
+}
+
+}  // namespace
+
+bool ParseSlicedPredictRequest(const grpc::ByteBuffer& body, HeldBytesBudget* budget,
+                               SlicedPredictRequest* out) {
+  if (!HoldSlices(body, budget, out)) return false;
   SliceReader r(out->slices);
   std::string skeleton;
   while (!r.AtEnd()) {
@@ -173,6 +180,32 @@ bool ParseSlicedPredictRequest(const grpc::ByteBuffer& body, HeldBytesBudget* bu
   }
   return out->skeleton.ParseFromString(skeleton) &&
          out->skeleton.inputs_size() == static_cast<int>(out->data.size());
+}
+
+bool ParseSlicedModelInferRequest(const grpc::ByteBuffer& body, HeldBytesBudget* budget,
+                                  SlicedModelInferRequest* out) {
+  if (!HoldSlices(body, budget, out)) return false;
+  SliceReader r(out->slices);
+  std::string skeleton;
+  while (!r.AtEnd()) {
+    std::string field;
+    r.set_sink(&field);
+    uint64_t tag;
+    if (!r.ReadTag(&tag)) return false;
+    const uint32_t type = tag & 7;
+    if ((tag >> 3) == kRawInputContentsField && type == kLengthDelimited) {
+      uint64_t length;
+      if (!r.ReadLength(&length)) return false;
+      r.set_sink(nullptr);
+      out->raw_input_contents.emplace_back();
+      if (!r.Skip(length, &out->raw_input_contents.back())) return false;
+      continue;
+    }
+    if (!SkipValue(&r, type)) return false;
+    r.set_sink(nullptr);
+    skeleton.append(field);
+  }
+  return out->skeleton.ParseFromString(skeleton);
 }
 
 }  // namespace metalserve

@@ -1,5 +1,6 @@
-// Reads a native PredictRequest from the slices gRPC received, without
-// copying its tensor bytes. gRPC hands a request over as a list of slices
+// Reads a native PredictRequest, or a KServe ModelInferRequest's
+// raw_input_contents, from the slices gRPC received, without copying its
+// tensor bytes. gRPC hands a request over as a list of slices
 // (8 to 64 KiB each for a large message); parsing it with protobuf copies
 // every tensor's bytes into a std::string, which was the largest memmove in
 // the server's profile (issue 20). Here the wire format is walked once: each
@@ -8,7 +9,11 @@
 // parsed by protobuf as before, so model_name, names, dtypes and shapes keep
 // protobuf's checks.
 //
-// Anything the walk does not take for a well-formed PredictRequest (a
+// A ModelInferRequest is walked the same way at its top level: each
+// raw_input_contents entry is kept as views, the rest (inputs, typed
+// contents included, outputs, parameters) goes into the skeleton.
+//
+// Anything the walk does not take for a well-formed request (a
 // truncated field, a group, a length past its message) returns false, and
 // the caller parses the body the ordinary way (ParseRequestBody), so a
 // malformed body gets the same answer as before.
@@ -33,6 +38,7 @@
 #include "absl/strings/string_view.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "inference/grpc_service.pb.h"
 #include "metalserve/v1/inference.pb.h"
 
 namespace metalserve {
@@ -59,17 +65,20 @@ class HeldBytesBudget {
 
 // Owns its slices and what it took from its budget (given back when it is
 // destroyed). Not copyable.
-struct SlicedPredictRequest {
-  SlicedPredictRequest() = default;
-  SlicedPredictRequest(const SlicedPredictRequest&) = delete;
-  SlicedPredictRequest& operator=(const SlicedPredictRequest&) = delete;
-  ~SlicedPredictRequest() {
+struct HeldSlices {
+  HeldSlices() = default;
+  HeldSlices(const HeldSlices&) = delete;
+  HeldSlices& operator=(const HeldSlices&) = delete;
+  ~HeldSlices() {
     if (budget != nullptr) budget->Give(held_bytes);
   }
 
   HeldBytesBudget* budget = nullptr;
   int64_t held_bytes = 0;
   std::vector<grpc::Slice> slices;  // the received bytes, referenced, not copied
+};
+
+struct SlicedPredictRequest : HeldSlices {
   // The request with every inputs[i].data left empty.
   metalserve::v1::PredictRequest skeleton;
   // inputs[i].data as views into `slices`, in order; empty when the input
@@ -77,11 +86,22 @@ struct SlicedPredictRequest {
   std::vector<std::vector<absl::string_view>> data;
 };
 
+struct SlicedModelInferRequest : HeldSlices {
+  // The request without raw_input_contents.
+  inference::ModelInferRequest skeleton;
+  // raw_input_contents as views into `slices`: one entry per occurrence of
+  // the field, in order (an empty entry holds no views).
+  std::vector<std::vector<absl::string_view>> raw_input_contents;
+};
+
 // Fills a fresh `out` from `body` (which stays intact); false when `budget`
 // has no room for the body's bytes or the body is not a PredictRequest the
 // walk takes (see the file comment).
 bool ParseSlicedPredictRequest(const grpc::ByteBuffer& body, HeldBytesBudget* budget,
                                SlicedPredictRequest* out);
+// The same for a KServe ModelInferRequest.
+bool ParseSlicedModelInferRequest(const grpc::ByteBuffer& body, HeldBytesBudget* budget,
+                                  SlicedModelInferRequest* out);
 
 }  // namespace metalserve
 
