@@ -10,13 +10,22 @@
 #
 # SERVER_ENV="K=V ..." sets variables in the server's environment only.
 # Prints one line per N: total req/s, each process's req/s, the worst p99,
-# errors and server CPU us/request. Loopback only; stops by itself.
+# errors and server CPU us/request. BATCH_STATS=1 also serves /metrics on a
+# free loopback port and prints, over the timed run, the batches' mean rows,
+# the padding's share of the rows run, the batches by close reason and the
+# device's busy share (metalserve_device_busy_seconds_total over the run's
+# wall time). Loopback only; stops by itself.
 set -euo pipefail
 build=$1 model=$2 flags=$3 conc=$4 counts=$5 dur=${6:-5}
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+metrics_flag=--metrics_address=
+if [[ ${BATCH_STATS:-0} == 1 ]]; then
+  mport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  metrics_flag=--metrics_address=127.0.0.1:$mport
+fi
 # shellcheck disable=SC2086
-env ${SERVER_ENV:-} "$build/metalserve" --model="$model" --address=127.0.0.1:$port --metrics_address= --http_address= \
+env ${SERVER_ENV:-} "$build/metalserve" --model="$model" --address=127.0.0.1:$port $metrics_flag --http_address= \
   --monitor_log_interval=0 $flags > "$work/server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; rm -rf "$work"' EXIT
@@ -24,11 +33,33 @@ for _ in $(seq 600); do grep -q "ready: gRPC" "$work/server.log" && break; sleep
 grep -q "ready: gRPC" "$work/server.log" || { tail -20 "$work/server.log"; exit 1; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
 hz=$(getconf CLK_TCK)
+# The batch figures summed from /metrics (BATCH_STATS=1), as JSON, or {}.
+batch_stats() {
+  [[ ${BATCH_STATS:-0} == 1 ]] || { echo "{}"; return; }
+  python3 - "$mport" <<'PY'
+import json, re, sys, time, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
+out = {"t": time.time(), "rows": 0.0, "batches": 0.0, "padding": 0.0, "busy": 0.0, "reasons": {}}
+for line in text.splitlines():
+    m = re.match(r'^(\w+)(\{[^}]*\})? ([0-9.eE+-]+)$', line)
+    if not m: continue
+    name, labels, v = m.group(1), m.group(2) or "", float(m.group(3))
+    if name == "metalserve_batch_size_rows_sum": out["rows"] += v
+    elif name == "metalserve_batch_size_rows_count": out["batches"] += v
+    elif name == "metalserve_batch_padding_rows_total": out["padding"] += v
+    elif name == "metalserve_device_busy_seconds_total": out["busy"] += v
+    elif name == "metalserve_batches_total":
+        r = re.search(r'reason="([^"]*)"', labels)
+        if r: out["reasons"][r.group(1)] = out["reasons"].get(r.group(1), 0) + v
+print(json.dumps(out))
+PY
+}
 # Warm-up at full concurrency, not timed.
 "$build/metalserve-bench" --target=127.0.0.1:$port --concurrency=$conc --duration=2s --connections=8 \
   --input=random --progress=off > /dev/null
 for n in $counts; do
   per=$(( conc / n ))
+  s0=$(batch_stats)
   t0=$(cpu_ticks)
   for i in $(seq "$n"); do
     "$build/metalserve-bench" --target=127.0.0.1:$port --concurrency=$per --duration=${dur}s \
@@ -37,9 +68,11 @@ for n in $counts; do
   done
   wait $(jobs -p | grep -v "^$server$") 2>/dev/null || true
   t1=$(cpu_ticks)
-  python3 - "$work" "$n" "$per" "$t0" "$t1" "$hz" "$dur" <<'PY'
+  s1=$(batch_stats)
+  python3 - "$work" "$n" "$per" "$t0" "$t1" "$hz" "$dur" "$s0" "$s1" <<'PY'
 import json, sys
 work, n, per, t0, t1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:7])
+s0, s1 = json.loads(sys.argv[8]), json.loads(sys.argv[9])
 rs, p99, err, ok = [], 0.0, 0, 0
 for i in range(1, n + 1):
     d = json.load(open(f"{work}/c{n}-{i}.json"))
@@ -50,5 +83,13 @@ cpu_s = (t1 - t0) / hz
 print(f"clients={n} x c={per}: total {sum(rs):,.0f} req/s ({' / '.join(f'{r:,.0f}' for r in rs)}), "
       f"worst p99 {p99:.2f} ms, errors {err}, server CPU {cpu_s:.2f} s over {ok} answers = "
       f"{1e6 * cpu_s / max(ok, 1):.0f} us/request", flush=True)
+if s1:
+    d = {k: s1[k] - s0[k] for k in ("rows", "batches", "padding", "busy", "t")}
+    reasons = {r: int(v - s0["reasons"].get(r, 0)) for r, v in s1["reasons"].items()
+               if v - s0["reasons"].get(r, 0) > 0}
+    b = max(d["batches"], 1)
+    print(f"  batches {int(d['batches'])}: mean {d['rows'] / b:.1f} rows, padding "
+          f"{100 * d['padding'] / max(d['rows'] + d['padding'], 1):.1f} % of rows run, "
+          f"closed {reasons}, device busy {100 * d['busy'] / max(d['t'], 1e-9):.0f} %", flush=True)
 PY
 done

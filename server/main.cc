@@ -389,30 +389,6 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   return ro;
 }
 
-// The start-up banner: version and the effective configuration.
-void LogStart(const std::string& version, const metalserve::RuntimeOptions& ro,
-              const metalserve::ServerOptions& so, const metalserve::MetricsOptions& mo) {
-  LOG(INFO) << "metalserve " << version << " starting: model=" << ro.model_path
-            << " device=" << ro.device << " threads=" << ro.threads
-            << " precision=" << ro.precision << " optimize=" << ro.optimize
-            << " max_batch_size=" << so.batching.max_batch_size
-            << " batching=" << metalserve::BatchingPolicyName(so.batching.policy)
-            << " max_queue_delay=" << absl::FormatDuration(so.batching.max_queue_delay)
-            << " allowed_batch_sizes=[" << absl::StrJoin(so.batching.allowed_batch_sizes, ",")
-            << "] max_queue_size=" << so.batching.max_queue_size
-            << " max_request_rows=" << so.batching.MaxRequestRows()
-            << " priority_levels=" << so.batching.priority_levels
-            << " priority_lower_batch_cost="
-            << absl::FormatDuration(so.batching.priority_lower_batch_cost)
-            << " priority_fill_cost_ratio=" << so.batching.priority_fill_cost_ratio
-            << " priority_active_window="
-            << absl::FormatDuration(so.batching.priority_active_window)
-            << " latency_target=" << absl::FormatDuration(so.batching.latency_target)
-            << " executors=" << so.batching.num_executors
-            << " address=" << so.address << " http_address=" << so.http.address
-            << " metrics_address=" << mo.listen_address
-            << " access_log=" << absl::GetFlag(FLAGS_access_log);
-}
 
 
 // --model_repository: every model of the folder loaded (exits 1 when the
@@ -454,10 +430,7 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   InstallSignalHandlers();
   KeepLargeBlocksInHeap();
-  if (detection_off) {
-    LOG(INFO) << "Abseil mutex deadlock detection off (" << metalserve::kDeadlockDetectionEnv
-              << "=0)";
-  }
+  if (detection_off) metalserve::LogMutexDeadlockDetectionOff();
   const std::string dump_path = absl::GetFlag(FLAGS_metrics_dump);
   const std::string version = METALSERVE_VERSION;
 
@@ -466,7 +439,7 @@ int main(int argc, char** argv) {
   auto access_log = AccessLogFromFlags(metrics.get());  // outlives the server
   const metalserve::ServerOptions so = ServerOptionsFromFlags(access_log.get(), version);
   const metalserve::RuntimeOptions ro = RuntimeOptionsFromFlags(so.batching, metrics.get());
-  LogStart(version, ro, so, mo);
+  metalserve::LogStart(version, ro, so, mo, absl::GetFlag(FLAGS_access_log));
 
   std::unique_ptr<metalserve::RepositoryServing> repository;
   std::unique_ptr<metalserve::Runner> runner;

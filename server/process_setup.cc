@@ -1,5 +1,5 @@
-// Process-wide helpers of main: the metrics dump file and glibc's heap
-// thresholds. Part of the metalserve executable.
+// Process-wide helpers of main: the metrics dump file, glibc's heap
+// thresholds and the start-up log lines. Part of the metalserve executable.
 #include "server/process_setup.h"
 
 #ifdef __GLIBC__
@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/mutex_mode.h"
 #include "glog/logging.h"
 
 namespace metalserve {
@@ -49,6 +51,35 @@ void LogModel(const ModelInfo& info) {
             << ", optimize=" << info.optimization << ": " << info.optimization_reason
             << "), loaded in " << absl::FormatDuration(info.load_time)
             << ", warmed up in " << absl::FormatDuration(info.warmup_time);
+}
+
+void LogStart(const std::string& version, const RuntimeOptions& ro, const ServerOptions& so,
+              const MetricsOptions& mo, const std::string& access_log) {
+  LOG(INFO) << "metalserve " << version << " starting: model=" << ro.model_path
+            << " device=" << ro.device << " threads=" << ro.threads
+            << " precision=" << ro.precision << " optimize=" << ro.optimize
+            << " max_batch_size=" << so.batching.max_batch_size
+            << " batching=" << BatchingPolicyName(so.batching.policy)
+            << " max_queue_delay=" << absl::FormatDuration(so.batching.max_queue_delay)
+            << " trim_padded_batches=" << so.batching.trim_padded_batches
+            << " allowed_batch_sizes=[" << absl::StrJoin(so.batching.allowed_batch_sizes, ",")
+            << "] max_queue_size=" << so.batching.max_queue_size
+            << " max_request_rows=" << so.batching.MaxRequestRows()
+            << " priority_levels=" << so.batching.priority_levels
+            << " priority_lower_batch_cost="
+            << absl::FormatDuration(so.batching.priority_lower_batch_cost)
+            << " priority_fill_cost_ratio=" << so.batching.priority_fill_cost_ratio
+            << " priority_active_window="
+            << absl::FormatDuration(so.batching.priority_active_window)
+            << " latency_target=" << absl::FormatDuration(so.batching.latency_target)
+            << " executors=" << so.batching.num_executors
+            << " address=" << so.address << " http_address=" << so.http.address
+            << " metrics_address=" << mo.listen_address
+            << " access_log=" << access_log;
+}
+
+void LogMutexDeadlockDetectionOff() {
+  LOG(INFO) << "Abseil mutex deadlock detection off (" << kDeadlockDetectionEnv << "=0)";
 }
 
 }  // namespace metalserve

@@ -6,6 +6,8 @@
 
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
+#include "server/runtime/torch_runner.h"
+#include "server/service/server.h"
 
 namespace metalserve {
 
@@ -20,6 +22,15 @@ void KeepLargeBlocksInHeap();
 // One INFO line: the loaded model, its device, precision, optimization and
 // load and warm-up times.
 void LogModel(const ModelInfo& info);
+
+// The start-up banner: version and the effective configuration (the
+// runtime's, the server's and the metrics' options, and --access_log).
+void LogStart(const std::string& version, const RuntimeOptions& ro, const ServerOptions& so,
+              const MetricsOptions& mo, const std::string& access_log);
+
+// One INFO line: Abseil's mutex deadlock detection was turned off
+// (common/mutex_mode.h).
+void LogMutexDeadlockDetectionOff();
 
 }  // namespace metalserve
 

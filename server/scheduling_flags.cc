@@ -15,6 +15,10 @@ ABSL_FLAG(std::string, batching, "adaptive",
           "Batch closing policy: adaptive (close a partial batch as soon as waiting is "
           "not expected to pay, from the measured arrival rate and batch cost; "
           "--max_queue_delay bounds the wait) or fixed (wait --max_queue_delay in full)");
+ABSL_FLAG(bool, trim_padded_batches, true,
+          "With --batching=adaptive and --allowed_batch_sizes: cut a batch back to a smaller "
+          "allowed size, leaving its newest requests for the next batch, when padding it "
+          "would cost more measured device time per row (server/batcher/batch_queue.h)");
 ABSL_FLAG(absl::Duration, latency_target, absl::ZeroDuration(),
           "End-to-end latency target (e.g. 20ms); 0 = none. Batches are sized and closed to "
           "meet it and a request estimated to finish after it (or its deadline) is refused "
@@ -71,6 +75,7 @@ void SchedulingFromFlags(BatcherOptions* b) {
     LOG(ERROR) << "flags: --batching must be adaptive or fixed, got '" << p << "'";
     std::exit(2);
   }
+  b->trim_padded_batches = absl::GetFlag(FLAGS_trim_padded_batches);
   b->max_request_rows = absl::GetFlag(FLAGS_max_request_rows);
   b->latency_target = absl::GetFlag(FLAGS_latency_target);
   b->priority_levels = absl::GetFlag(FLAGS_priority_levels);

@@ -10,7 +10,7 @@
 
 namespace metalserve {
 
-// Sets b's policy, max_request_rows, latency_target and priority fields
+// Sets b's policy, trim_padded_batches, max_request_rows, latency_target and priority fields
 // (levels, bounds, timeouts, share, isolation).
 void SchedulingFromFlags(BatcherOptions* b);
 // --device_scheduling: the order across models sharing a device thread.

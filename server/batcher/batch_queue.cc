@@ -353,6 +353,32 @@ std::vector<size_t> BatchQueue::Pick(size_t head, absl::Time now, int64_t* rows,
   return picked;
 }
 
+void BatchQueue::TrimToAllowedSize(Candidate* c) const {
+  if (!adaptive_ || options_.policy != BatchingPolicy::kAdaptive ||
+      !options_.trim_padded_batches || options_.allowed_batch_sizes.empty() || c->picked.size() < 2 ||
+      options_.PaddedRows(c->rows) == c->rows) {
+    return;
+  }
+  auto per_row = [this](int64_t rows) {
+    return absl::ToDoubleSeconds(adaptive_->DeviceCostOf(rows)) / static_cast<double>(rows);
+  };
+  double best = kTrimGain * per_row(c->rows);
+  size_t keep = c->picked.size();
+  int64_t kept_rows = c->rows;
+  int64_t rows = 0;
+  for (size_t n = 1; n < c->picked.size(); ++n) {
+    rows += tasks_[c->picked[n - 1]]->rows();
+    const double cost = per_row(rows);
+    if (cost < best) {
+      best = cost;
+      keep = n;
+      kept_rows = rows;
+    }
+  }
+  c->picked.resize(keep);
+  c->rows = kept_rows;
+}
+
 Batch BatchQueue::TakeBatch(const std::vector<size_t>& picked, int64_t rows) {
   // Passed over: an older task of a lower level than the head stays behind.
   const BatchTask& head = *tasks_[picked.front()];
@@ -420,6 +446,7 @@ BatchQueue::PollResult BatchQueue::Poll(absl::Time now, bool draining) {
     }
     return result;
   }
+  TrimToAllowedSize(&c);
   Batch batch = TakeBatch(c.picked, c.rows);
   batch.reason = *reason;
   batch.formed_at = now;

@@ -3,6 +3,7 @@
 #include "server/batcher/adaptive_policy.h"
 
 #include <memory>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -285,6 +286,109 @@ TEST(BatchCostModelTest, InterpolatesBetweenWarmUpSizesAndLearnsFromBatches) {
   m.Observe(8, absl::Milliseconds(4));
   EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(8)), 4, 1e-6);
   EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(4)), 1 + 3.0 * 3 / 7, 1e-6);
+}
+
+// ResNet-50 fp32 on the H200 at the sizes bench/pipeline_h200.sh serves
+// (warm-up figures of that run's order: a large fixed cost, then ~0.13 ms a
+// row).
+BatcherOptions H200Sizes(BatchingPolicy policy) {
+  BatcherOptions o;
+  o.policy = policy;
+  o.max_batch_size = 256;
+  o.max_queue_delay = absl::Milliseconds(2);
+  o.max_queue_size = 1024;
+  o.allowed_batch_sizes = {1, 8, 32, 64, 128, 256};
+  o.batch_costs = {{1, absl::Microseconds(2100)},  {8, absl::Microseconds(2600)},
+                   {32, absl::Microseconds(5200)}, {64, absl::Microseconds(9300)},
+                   {128, absl::Microseconds(17500)}, {256, absl::Microseconds(34000)}};
+  return o;
+}
+
+std::vector<int> Ids(const Batch& b) {
+  std::vector<int> ids;
+  for (const auto& t : b.tasks) ids.push_back(static_cast<const FakeTask&>(*t).id());
+  return ids;
+}
+
+TEST(AdaptiveSizingTest, ABatchPaddedAtHighCostPerRowIsCutBackToAnAllowedSize) {
+  BatchQueue q(H200Sizes(BatchingPolicy::kAdaptive));
+  for (int i = 0; i < 90; ++i) {
+    std::unique_ptr<BatchTask> t = MakePriorityTask(1, 0, i);
+    ASSERT_THAT(q.Admit(&t, kT0), IsOk());
+  }
+  const absl::Time due = kT0 + absl::Milliseconds(2);
+  auto first = q.Poll(due, false);
+  ASSERT_TRUE(first.batch.has_value());
+  // 90 rows padded to 128 cost 17.5 / 90 = 0.19 ms a row; 64 cost 0.15.
+  EXPECT_EQ(first.batch->rows, 64);
+  EXPECT_EQ(first.batch->padded_rows, 64);
+  std::vector<int> oldest(64);
+  for (int i = 0; i < 64; ++i) oldest[i] = i;
+  EXPECT_EQ(Ids(*first.batch), oldest);
+  EXPECT_EQ(q.queued_rows(), 26);
+  // The rest, past their delay too, go next, padded: 5.2 / 26 = 0.2 ms a
+  // row at 32 beats 8 rows at 2.6 / 8 = 0.33.
+  auto second = q.Poll(due, false);
+  ASSERT_TRUE(second.batch.has_value());
+  EXPECT_EQ(second.batch->rows, 26);
+  EXPECT_EQ(second.batch->padded_rows, 32);
+  EXPECT_EQ(Ids(*second.batch).front(), 64);
+  EXPECT_TRUE(q.empty());
+}
+
+TEST(AdaptiveSizingTest, TheFixedPolicyNoCostsOrTheSwitchOffPadTheWholeBatch) {
+  BatcherOptions no_costs = H200Sizes(BatchingPolicy::kAdaptive);
+  no_costs.batch_costs.clear();
+  BatcherOptions off = H200Sizes(BatchingPolicy::kAdaptive);
+  off.trim_padded_batches = false;
+  for (const BatcherOptions& o : {H200Sizes(BatchingPolicy::kFixed), no_costs, off}) {
+    BatchQueue q(o);
+    for (int i = 0; i < 90; ++i) {
+      std::unique_ptr<BatchTask> t = MakeTask(1);
+      ASSERT_THAT(q.Admit(&t, kT0), IsOk());
+    }
+    auto r = q.Poll(kT0 + absl::Milliseconds(2), false);
+    ASSERT_TRUE(r.batch.has_value());
+    EXPECT_EQ(r.batch->rows, 90);
+    EXPECT_EQ(r.batch->padded_rows, 128);
+  }
+}
+
+TEST(AdaptiveSizingTest, ABatchThatPadsCheaplyStaysWhole) {
+  BatchQueue q(H200Sizes(BatchingPolicy::kAdaptive));
+  for (int i = 0; i < 5; ++i) {
+    std::unique_ptr<BatchTask> t = MakeTask(1);
+    ASSERT_THAT(q.Admit(&t, kT0), IsOk());
+  }
+  auto r = q.Poll(kT0 + absl::Milliseconds(2), false);
+  ASSERT_TRUE(r.batch.has_value());
+  // 2.6 / 5 = 0.52 ms a row padded to 8, against 2.1 for one row alone.
+  EXPECT_EQ(r.batch->rows, 5);
+  EXPECT_EQ(r.batch->padded_rows, 8);
+}
+
+TEST(AdaptiveSizingTest, WholeTasksAreLeftOutFromTheTailAndTheHeadStays) {
+  BatcherOptions o;
+  o.policy = BatchingPolicy::kAdaptive;
+  o.max_batch_size = 8;
+  o.max_queue_delay = absl::Milliseconds(2);
+  o.allowed_batch_sizes = {4, 8};
+  o.batch_costs = {{4, absl::Milliseconds(4)}, {8, absl::Milliseconds(8)}};  // 1 ms a row
+  BatchQueue q(o);
+  for (int id : {0, 1, 2}) {
+    std::unique_ptr<BatchTask> t = MakePriorityTask(id == 2 ? 1 : 2, 0, id);
+    ASSERT_THAT(q.Admit(&t, kT0), IsOk());
+  }
+  // 5 rows padded to 8: 1.6 ms a row; the first two tasks fill 4 exactly.
+  auto r = q.Poll(kT0 + absl::Milliseconds(2), false);
+  ASSERT_TRUE(r.batch.has_value());
+  EXPECT_EQ(Ids(*r.batch), std::vector<int>({0, 1}));
+  EXPECT_EQ(r.batch->rows, 4);
+  EXPECT_EQ(r.batch->padded_rows, 4);
+  auto rest = q.Poll(kT0 + absl::Milliseconds(2), false);
+  ASSERT_TRUE(rest.batch.has_value());
+  EXPECT_EQ(Ids(*rest.batch), std::vector<int>({2}));
+  EXPECT_EQ(rest.batch->padded_rows, 4);
 }
 
 TEST(BatchCostModelTest, OneStalledBatchRaisesTheFigureByAtMostSeventyFivePercent) {
