@@ -11,7 +11,8 @@
 #      concurrency 256 with NULL_PAIRS (default "2:2 8:8"): the host side of
 #      a batch (gather, answers) without a device.
 #
-# Logs under $OUT (default /tmp/executors-out).
+# Logs under $OUT (default /tmp/executors-out), and the runs as JSON
+# ($OUT/executors.json, bench/pipeline_json.py) for bench/results.
 #   bash bench/executors_h200.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,3 +38,5 @@ bash bench/executors.sh build-gpu null:build-gpu/models/resnet50.json \
   "--threads=8 --max_batch_size=256" "256" "$NULL_PAIRS" "$ROUNDS" 5
 stamp "null done"
 uptime
+python3 bench/pipeline_json.py --log="$OUT/log.txt" --out="$OUT/executors.json" \
+  --command=bench/executors_h200.sh --env="PAIRS=\"$PAIRS\" NULL_PAIRS=\"$NULL_PAIRS\" ROUNDS=$ROUNDS"

@@ -12,7 +12,8 @@
 #   SETUPS="adaptive|--batching=adaptive;fixed2|--batching=fixed --max_queue_delay=2ms" \
 #     CONCS="256" bash bench/pipeline_h200.sh
 #
-# Logs under $OUT (default /tmp/pipeline-out).
+# Logs under $OUT (default /tmp/pipeline-out), and the runs as JSON
+# ($OUT/pipeline.json, bench/pipeline_json.py) for bench/results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/pipeline-out}
@@ -44,3 +45,5 @@ for r in $(seq "$ROUNDS"); do
   stamp "round $r"
 done
 uptime
+python3 bench/pipeline_json.py --log="$OUT/log.txt" --out="$OUT/pipeline.json" \
+  --command=bench/pipeline_h200.sh --env="SETUPS=\"$SETUPS\" CONCS=\"$CONCS\" ROUNDS=$ROUNDS"
