@@ -38,8 +38,10 @@ batch_stats() {
   [[ ${BATCH_STATS:-0} == 1 ]] || { echo "{}"; return; }
   python3 - "$mport" <<'PY'
 import json, re, sys, time, urllib.request
-text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
-out = {"t": time.time(), "rows": 0.0, "batches": 0.0, "padding": 0.0, "busy": 0.0, "reasons": {}}
+t_sent = time.time()
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=30).read().decode()
+out = {"sent": t_sent, "answered": time.time(), "rows": 0.0, "batches": 0.0, "padding": 0.0,
+       "busy": 0.0, "reasons": {}}
 for line in text.splitlines():
     m = re.match(r'^(\w+)(\{[^}]*\})? ([0-9.eE+-]+)$', line)
     if not m: continue
@@ -84,12 +86,17 @@ print(f"clients={n} x c={per}: total {sum(rs):,.0f} req/s ({' / '.join(f'{r:,.0f
       f"worst p99 {p99:.2f} ms, errors {err}, server CPU {cpu_s:.2f} s over {ok} answers = "
       f"{1e6 * cpu_s / max(ok, 1):.0f} us/request", flush=True)
 if s1:
-    d = {k: s1[k] - s0[k] for k in ("rows", "batches", "padding", "busy", "t")}
+    d = {k: s1[k] - s0[k] for k in ("rows", "batches", "padding", "busy")}
+    # The busy share over the time between the scrapes (the first's answer to
+    # the second's request): a slow answer must not stretch the window.
+    d["t"] = s1["sent"] - s0["answered"]
+    slow = max(s["answered"] - s["sent"] for s in (s0, s1))
     reasons = {r: int(v - s0["reasons"].get(r, 0)) for r, v in s1["reasons"].items()
                if v - s0["reasons"].get(r, 0) > 0}
     b = max(d["batches"], 1)
     print(f"  batches {int(d['batches'])}: mean {d['rows'] / b:.1f} rows, padding "
           f"{100 * d['padding'] / max(d['rows'] + d['padding'], 1):.1f} % of rows run, "
-          f"closed {reasons}, device busy {100 * d['busy'] / max(d['t'], 1e-9):.0f} %", flush=True)
+          f"closed {reasons}, device busy {100 * d['busy'] / max(d['t'], 1e-9):.0f} %"
+          + (f" (a /metrics scrape took {slow:.1f} s)" if slow > 1 else ""), flush=True)
 PY
 done
