@@ -149,6 +149,33 @@ bool HoldSlices(const grpc::ByteBuffer& body, HeldBytesBudget* budget, HeldSlice
   return body.Dump(&out->slices).ok();
 }
 
+// Walks the top level of a message in `r`: every field is copied into
+// `skeleton` as read, except length-delimited fields numbered `taken`, whose
+// tag and length are given to `take(tag, length)` with the reader at the
+// value; `take` reads the value and returns false when it is malformed.
+// False on a malformed field (the ordinary parse then decides).
+template <typename Take>
+bool WalkTopLevel(SliceReader* r, uint32_t taken, std::string* skeleton, Take take) {
+  while (!r->AtEnd()) {
+    std::string field;
+    r->set_sink(&field);
+    uint64_t tag;
+    if (!r->ReadTag(&tag)) return false;
+    const uint32_t type = tag & 7;
+    if ((tag >> 3) == taken && type == kLengthDelimited) {
+      uint64_t length;
+      if (!r->ReadLength(&length)) return false;
+      r->set_sink(nullptr);
+      if (!take(tag, length)) return false;
+      continue;
+    }
+    if (!SkipValue(r, type)) return false;
+    r->set_sink(nullptr);
+    skeleton->append(field);
+  }
+  return true;
+}
+
 }  // namespace
 
 bool ParseSlicedPredictRequest(const grpc::ByteBuffer& body, HeldBytesBudget* budget,
@@ -156,29 +183,17 @@ bool ParseSlicedPredictRequest(const grpc::ByteBuffer& body, HeldBytesBudget* bu
   if (!HoldSlices(body, budget, out)) return false;
   SliceReader r(out->slices);
   std::string skeleton;
-  while (!r.AtEnd()) {
-    std::string field;
-    r.set_sink(&field);
-    uint64_t tag;
-    if (!r.ReadTag(&tag)) return false;
-    const uint32_t type = tag & 7;
-    if ((tag >> 3) == kInputsField && type == kLengthDelimited) {
-      uint64_t length;
-      if (!r.ReadLength(&length)) return false;
-      r.set_sink(nullptr);
-      std::string tensor;
-      out->data.emplace_back();
-      if (!ReadTensor(&r, length, &tensor, &out->data.back())) return false;
-      AppendVarint(tag, &skeleton);
-      AppendVarint(tensor.size(), &skeleton);
-      skeleton.append(tensor);
-      continue;
-    }
-    if (!SkipValue(&r, type)) return false;
-    r.set_sink(nullptr);
-    skeleton.append(field);
-  }
-  return out->skeleton.ParseFromString(skeleton) &&
+  const bool walked = WalkTopLevel(&r, kInputsField, &skeleton, [&](uint64_t tag, uint64_t length) {
+    // The tensor without its data goes into the skeleton, the data stays views.
+    std::string tensor;
+    out->data.emplace_back();
+    if (!ReadTensor(&r, length, &tensor, &out->data.back())) return false;
+    AppendVarint(tag, &skeleton);
+    AppendVarint(tensor.size(), &skeleton);
+    skeleton.append(tensor);
+    return true;
+  });
+  return walked && out->skeleton.ParseFromString(skeleton) &&
          out->skeleton.inputs_size() == static_cast<int>(out->data.size());
 }
 
@@ -187,25 +202,12 @@ bool ParseSlicedModelInferRequest(const grpc::ByteBuffer& body, HeldBytesBudget*
   if (!HoldSlices(body, budget, out)) return false;
   SliceReader r(out->slices);
   std::string skeleton;
-  while (!r.AtEnd()) {
-    std::string field;
-    r.set_sink(&field);
-    uint64_t tag;
-    if (!r.ReadTag(&tag)) return false;
-    const uint32_t type = tag & 7;
-    if ((tag >> 3) == kRawInputContentsField && type == kLengthDelimited) {
-      uint64_t length;
-      if (!r.ReadLength(&length)) return false;
-      r.set_sink(nullptr);
-      out->raw_input_contents.emplace_back();
-      if (!r.Skip(length, &out->raw_input_contents.back())) return false;
-      continue;
-    }
-    if (!SkipValue(&r, type)) return false;
-    r.set_sink(nullptr);
-    skeleton.append(field);
-  }
-  return out->skeleton.ParseFromString(skeleton);
+  const bool walked =
+      WalkTopLevel(&r, kRawInputContentsField, &skeleton, [&](uint64_t, uint64_t length) {
+        out->raw_input_contents.emplace_back();
+        return r.Skip(length, &out->raw_input_contents.back());
+      });
+  return walked && out->skeleton.ParseFromString(skeleton);
 }
 
 }  // namespace metalserve
