@@ -61,7 +61,7 @@ PY
   --input=random --progress=off > /dev/null
 for n in $counts; do
   per=$(( conc / n ))
-  s0=$(batch_stats)
+  s0=$(batch_stats || echo "{}")
   t0=$(cpu_ticks)
   for i in $(seq "$n"); do
     "$build/metalserve-bench" --target=127.0.0.1:$port --concurrency=$per --duration=${dur}s \
@@ -70,7 +70,7 @@ for n in $counts; do
   done
   wait $(jobs -p | grep -v "^$server$") 2>/dev/null || true
   t1=$(cpu_ticks)
-  s1=$(batch_stats)
+  s1=$(batch_stats || echo "{}")
   python3 - "$work" "$n" "$per" "$t0" "$t1" "$hz" "$dur" "$s0" "$s1" <<'PY'
 import json, sys
 work, n, per, t0, t1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *map(float, sys.argv[4:7])
@@ -85,7 +85,7 @@ cpu_s = (t1 - t0) / hz
 print(f"clients={n} x c={per}: total {sum(rs):,.0f} req/s ({' / '.join(f'{r:,.0f}' for r in rs)}), "
       f"worst p99 {p99:.2f} ms, errors {err}, server CPU {cpu_s:.2f} s over {ok} answers = "
       f"{1e6 * cpu_s / max(ok, 1):.0f} us/request", flush=True)
-if s1:
+if s0 and s1:
     d = {k: s1[k] - s0[k] for k in ("rows", "batches", "padding", "busy")}
     # The busy share over the time between the scrapes (the first's answer to
     # the second's request): a slow answer must not stretch the window.

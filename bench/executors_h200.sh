@@ -33,7 +33,7 @@ stamp "exported"; tail -2 "$OUT/export.txt"
 [[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
 flags="--device=cuda --threads=8 --max_batch_size=256 --allowed_batch_sizes=1,8,32,64,128,256"
 bash bench/executors.sh build-gpu build-gpu/models/resnet50.pt "$flags" "64 256" "$PAIRS" "$ROUNDS" 5
-stamp "resnet50 done"
+stamp "resnet50 done"  # bench/pipeline_json.py names the runs' model from these
 bash bench/executors.sh build-gpu null:build-gpu/models/resnet50.json \
   "--threads=8 --max_batch_size=256" "256" "$NULL_PAIRS" "$ROUNDS" 5
 stamp "null done"

@@ -19,13 +19,20 @@ import sys
 RUN = re.compile(r"^round (\d+) c=(\d+) (.+?): clients=\d+ x c=\d+: total ([\d,]+) req/s .*?"
                  r"worst p99 ([\d.]+) ms, errors (\d+), server CPU [\d.]+ s over (\d+) answers = "
                  r"(\d+) us/request")
+DONE = re.compile(r"^\[\d+ s\] (\S+) done$")
 BATCH = re.compile(r"^\s+batches (\d+): mean ([\d.]+) rows, padding ([\d.]+) % of rows run, "
                    r"closed (\{.*\}), device busy (\d+) %")
 
 
 def parse(lines):
+    """The runs; a stamp "[N s] NAME done" names the model of the runs before it."""
     runs = []
     for line in lines:
+        d = DONE.match(line)
+        if d:
+            for run in runs:
+                run.setdefault("model", d[1])
+            continue
         m = RUN.match(line)
         if m:
             runs.append({"round": int(m[1]), "concurrency": int(m[2]), "setup": m[3],

@@ -1,6 +1,8 @@
 #include "server/batcher/batch_queue.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -353,30 +355,65 @@ std::vector<size_t> BatchQueue::Pick(size_t head, absl::Time now, int64_t* rows,
   return picked;
 }
 
-void BatchQueue::TrimToAllowedSize(Candidate* c) const {
-  if (!adaptive_ || options_.policy != BatchingPolicy::kAdaptive ||
-      !options_.trim_padded_batches || options_.allowed_batch_sizes.empty() || c->picked.size() < 2 ||
-      options_.PaddedRows(c->rows) == c->rows) {
-    return;
-  }
+double BatchQueue::BestRowCost(int64_t rest, int64_t top) const {
   auto per_row = [this](int64_t rows) {
     return absl::ToDoubleSeconds(adaptive_->DeviceCostOf(rows)) / static_cast<double>(rows);
   };
-  double best = kTrimGain * per_row(c->rows);
-  size_t keep = c->picked.size();
-  int64_t kept_rows = c->rows;
-  int64_t rows = 0;
+  double best = per_row(top);
+  for (int64_t size : options_.allowed_batch_sizes) {
+    if (size >= rest && size <= top) best = std::min(best, per_row(size));
+  }
+  return best;
+}
+
+void BatchQueue::TrimToAllowedSize(Candidate* c, absl::Time now, bool draining) {
+  if (!adaptive_ || options_.policy != BatchingPolicy::kAdaptive ||
+      !options_.trim_padded_batches || options_.allowed_batch_sizes.empty() ||
+      c->picked.size() < 2 || options_.PaddedRows(c->rows) == c->rows) {
+    return;
+  }
+  auto cost = [this](int64_t rows) {
+    return absl::ToDoubleSeconds(adaptive_->DeviceCostOf(rows));
+  };
+  // Rows expected to arrive while the kept part runs: none while draining
+  // or when nothing is expected.
+  const double gap = draining ? std::numeric_limits<double>::infinity()
+                              : absl::ToDoubleSeconds(adaptive_->arrivals().ExpectedGap(now));
+  const double rows_per_arrival = adaptive_->arrivals().mean_rows();
+  std::vector<int64_t> prefix_rows(c->picked.size(), 0);  // rows of picked[0, n)
   for (size_t n = 1; n < c->picked.size(); ++n) {
-    rows += tasks_[c->picked[n - 1]]->rows();
-    const double cost = per_row(rows);
-    if (cost < best) {
-      best = cost;
+    prefix_rows[n] = prefix_rows[n - 1] + tasks_[c->picked[n - 1]]->rows();
+  }
+  double best = kTrimGain * cost(c->rows);
+  size_t keep = c->picked.size();
+  // Largest prefix first: on a tie, fewer rows wait.
+  for (size_t n = c->picked.size() - 1; n >= 1; --n) {
+    const int64_t kept = prefix_rows[n];
+    const int64_t rest = c->rows - kept;
+    const double run = cost(kept);
+    double joining = 0;
+    if (gap <= 0) {
+      joining = static_cast<double>(MaxRows());
+    } else if (std::isfinite(gap)) {
+      joining = run / gap * rows_per_arrival;
+    }
+    const int64_t top = std::max(
+        rest, static_cast<int64_t>(std::min(static_cast<double>(MaxRows()),
+                                            static_cast<double>(rest) + joining)));
+    const double total = run + static_cast<double>(rest) * BestRowCost(rest, top);
+    if (total < best) {
+      best = total;
       keep = n;
-      kept_rows = rows;
     }
   }
+  if (keep == c->picked.size()) return;
+  // Every kWholeEvery-th cut runs whole instead, so that the figure of the
+  // size cutting avoids is measured again: one stalled batch can raise a
+  // size's figure by 75 % (BatchCostModel::kMaxStep), and a size that never
+  // runs is never corrected.
+  if (++cuts_ % kWholeEvery == 0) return;
+  c->rows = prefix_rows[keep];
   c->picked.resize(keep);
-  c->rows = kept_rows;
 }
 
 Batch BatchQueue::TakeBatch(const std::vector<size_t>& picked, int64_t rows) {
@@ -446,7 +483,7 @@ BatchQueue::PollResult BatchQueue::Poll(absl::Time now, bool draining) {
     }
     return result;
   }
-  TrimToAllowedSize(&c);
+  TrimToAllowedSize(&c, now, draining);
   Batch batch = TakeBatch(c.picked, c.rows);
   batch.reason = *reason;
   batch.formed_at = now;

@@ -99,23 +99,36 @@
 //    formed) and its own, R x c(its rows): ~2 D + R c(1) in the worst case.
 //    The starvation bound is unchanged (it counts batches; capped ones are
 //    smaller).
-//  * Sized to an allowed batch size (policy kAdaptive with
-//    allowed_batch_sizes and trim_padded_batches, the default): once a batch closes, its tasks are cut back
-//    from the tail (whole tasks: the newest and the lowest levels' fill
-//    go first, the head always stays) to the prefix whose device time per
-//    request row, c(padded rows) / rows, is lowest, when that is below
-//    kTrimGain of the whole batch's. The rows left out stay queued, in
-//    their order, for the next batch (often the other executor's, at
-//    once). Why: padding runs zero rows on the device. Measured on the
-//    H200 (ResNet-50 fp32, sizes 1,8,32,64,128,256, bench/pipeline_h200.sh):
-//    at 256 clients batches of ~90 rows were padded to 128 and at 64
-//    clients ~23 rows to 32, 30-35 % of the rows the device ran, with the
-//    device 92-96 % busy, so the zeros cost about a third of the
-//    throughput; 64 rows now, and the other 26 with the next arrivals, cost
-//    less device time per row. With costs that pad cheaply (c(8) barely
-//    above c(1)) the batch stays whole; with no cost figures (c = 0) nothing
-//    is cut. Not modelled by the latency target's admission estimate, which
-//    still counts the whole batch padded (an overestimate).
+//  * Cut back from padding (policy kAdaptive with allowed_batch_sizes and
+//    trim_padded_batches, the default). Once a batch of R rows closes, it
+//    may keep only a prefix of its tasks (whole tasks, head first: the
+//    newest and the lower levels' fill go first), K rows, leaving the rest,
+//    R - K rows, queued in order for a later batch. With c(m) the device
+//    time of m rows padded (the cost curve), the split is worth
+//      T(K) = c(K) + (R - K) x b(R - K, top),
+//    the prefix's run plus the rest's share of the batch it will ride in:
+//    b(r, top) is the lowest device time per row of a batch of r to top
+//    rows (at an allowed size in that range, or at top), where
+//    top = r + the rows expected to arrive while the prefix runs (c(K) /
+//    the expected gap x rows per request; none while draining or when
+//    nothing is expected; at most MaxRows()). The batch is cut to the K
+//    with the lowest T(K) (the larger on a tie) when T(K) < kTrimGain x
+//    c(R). So at saturation the rest rides in a full batch at its per-row
+//    cost, and at the end of a burst it is counted running alone (100 rows
+//    at the H200's costs: cut to 64 under load, 9.3 + 36 x 0.133 = 14.1 ms
+//    against 17.5 ms padded to 128; kept whole with nothing arriving,
+//    9.3 + 9.3 = 18.6 ms). Every kWholeEvery-th cut runs whole instead, so
+//    the figure of the size cutting avoids is measured again. Why: padding
+//    runs zero rows on the device. Measured on the H200 (ResNet-50 fp32,
+//    sizes 1,8,32,64,128,256, bench/pipeline_h200.sh): 30-38 % of the rows
+//    the device ran were padding at 64 and 256 clients (fixed 5 ms at 64:
+//    22 %) while it was 89-97 % busy; cut back (by the first version of
+//    the rule, which compared c(K) / K with c(R) / R and left the rest's
+//    cost out), 12-26 % and 1.04-1.25x the throughput. With no cost figures
+//    (c = 0) nothing is cut. Not modelled by the latency target's admission
+//    estimate, which counts the whole batch padded: a request's estimate
+//    can be too high (its batch is cut cheaper) or too low (it is left out
+//    of one batch and rides in the next).
 //  * Otherwise Poll says when to look again: the oldest task's delay expiry,
 //    the earliest deadline or when the adaptive policy reconsiders, whichever
 //    is first.
@@ -161,9 +174,9 @@ struct BatcherOptions {
   // next allowed size. Empty: no padding. When set, the largest must equal
   // max_batch_size.
   std::vector<int64_t> allowed_batch_sizes;
-  // Under kAdaptive with allowed_batch_sizes: cut a closed batch back to a
-  // smaller allowed size when that lowers its device time per row (see
-  // "Sized to an allowed batch size" above). Default on.
+  // Under kAdaptive with allowed_batch_sizes: cut a closed batch back when
+  // padding it costs more device time than running it in two (see "Cut
+  // back from padding" above). Default on.
   bool trim_padded_batches = true;
   // Most rows waiting in the queue; beyond it new tasks are refused with
   // UNAVAILABLE. Default 1024.
@@ -232,10 +245,12 @@ class BatchQueue {
   // (its client gave up at its own deadline, which precedes the server's by
   // the call's transit time).
   static constexpr absl::Duration kDeadlineSkew = absl::Milliseconds(50);
-  // A closed batch is cut back to an allowed size only when that lowers its
-  // device time per request row below this share of the whole batch's:
+  // A closed batch is cut back only when the split's device time is below
+  // this share of the whole padded batch's (see "Cut back from padding"):
   // below a 10 % gain the rows left behind are not worth their extra wait.
   static constexpr double kTrimGain = 0.9;
+  // Every this many cuts, one batch runs whole instead.
+  static constexpr int64_t kWholeEvery = 16;
 
   // Whether `task` may still run at `now`. The deadline is checked first:
   // gRPC also marks a call whose deadline passed as cancelled, and its caller
@@ -341,10 +356,11 @@ class BatchQueue {
   };
   std::optional<CloseReason> Consider(size_t head, absl::Time now, bool draining,
                                       Candidate* c, absl::Time* wake_at) const;
-  // Under kAdaptive with allowed sizes: cuts `c`'s tail back to the prefix
-  // with the lowest device time per row (see "Sized to an allowed batch
-  // size" above).
-  void TrimToAllowedSize(Candidate* c) const;
+  // Under kAdaptive with allowed sizes: cuts `c`'s tail back (see "Cut back
+  // from padding" above).
+  void TrimToAllowedSize(Candidate* c, absl::Time now, bool draining);
+  // The lowest device time per row of a batch of `rest` to `top` rows.
+  double BestRowCost(int64_t rest, int64_t top) const;
   // Removes `picked` from tasks_ into a batch; updates the starvation count.
   Batch TakeBatch(const std::vector<size_t>& picked, int64_t rows);
 
@@ -359,6 +375,8 @@ class BatchQueue {
   std::vector<int64_t> level_rows_;  // by level - 1
   // Batches formed in a row while an older lower-level task waited.
   int passed_over_ = 0;
+  // Batches cut back so far (for kWholeEvery).
+  int64_t cuts_ = 0;
   // By level - 1: when a request of that level was last admitted.
   std::vector<absl::Time> last_admitted_;
 };

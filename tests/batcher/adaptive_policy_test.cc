@@ -310,16 +310,23 @@ std::vector<int> Ids(const Batch& b) {
   return ids;
 }
 
-TEST(AdaptiveSizingTest, ABatchPaddedAtHighCostPerRowIsCutBackToAnAllowedSize) {
-  BatchQueue q(H200Sizes(BatchingPolicy::kAdaptive));
-  for (int i = 0; i < 90; ++i) {
-    std::unique_ptr<BatchTask> t = MakePriorityTask(1, 0, i);
-    ASSERT_THAT(q.Admit(&t, kT0), IsOk());
+// `n` one-row tasks, ids from `first_id`, the i-th admitted at start + i x gap.
+void AdmitRows(BatchQueue& q, int n, absl::Time start, absl::Duration gap = absl::ZeroDuration(),
+               int first_id = 0) {
+  for (int i = 0; i < n; ++i) {
+    std::unique_ptr<BatchTask> t = MakePriorityTask(1, 0, first_id + i);
+    ASSERT_THAT(q.Admit(&t, start + i * gap), IsOk());
   }
+}
+
+TEST(AdaptiveSizingTest, ABatchPaddedAtHighCostIsCutBackAndTheRestGoesNext) {
+  BatchQueue q(H200Sizes(BatchingPolicy::kAdaptive));
+  AdmitRows(q, 90, kT0);
   const absl::Time due = kT0 + absl::Milliseconds(2);
   auto first = q.Poll(due, false);
   ASSERT_TRUE(first.batch.has_value());
-  // 90 rows padded to 128 cost 17.5 / 90 = 0.19 ms a row; 64 cost 0.15.
+  // 90 rows padded to 128 cost 17.5 ms; 64 rows cost 9.3 and the other 26
+  // (with the ~5 expected to arrive meanwhile) about 4.5 of a batch of 32.
   EXPECT_EQ(first.batch->rows, 64);
   EXPECT_EQ(first.batch->padded_rows, 64);
   std::vector<int> oldest(64);
@@ -334,6 +341,46 @@ TEST(AdaptiveSizingTest, ABatchPaddedAtHighCostPerRowIsCutBackToAnAllowedSize) {
   EXPECT_EQ(second.batch->padded_rows, 32);
   EXPECT_EQ(Ids(*second.batch).front(), 64);
   EXPECT_TRUE(q.empty());
+}
+
+TEST(AdaptiveSizingTest, ABatchWhoseRestWouldRunAloneStaysWhole) {
+  // 100 rows: cut to 64, the other 36 would pad to 64 on their own, 9.3 +
+  // 9.3 = 18.6 ms against 17.5 ms for the whole batch padded to 128.
+  for (bool draining : {false, true}) {
+    BatchQueue q(H200Sizes(BatchingPolicy::kAdaptive));
+    AdmitRows(q, 100, kT0);  // one burst, then nothing: 2 ms since the last
+    auto r = q.Poll(kT0 + absl::Milliseconds(2), draining);
+    ASSERT_TRUE(r.batch.has_value());
+    EXPECT_EQ(r.batch->rows, 100) << "draining " << draining;
+    EXPECT_EQ(r.batch->padded_rows, 128);
+  }
+}
+
+TEST(AdaptiveSizingTest, UnderSaturationTheRestIsCountedInTheFullBatchItWillJoin) {
+  BatchQueue q(H200Sizes(BatchingPolicy::kAdaptive));
+  // A request every 20 us: 465 arrive while 64 rows run for 9.3 ms, so the
+  // other 36 ride in a batch of 256 at 0.133 ms a row: 9.3 + 4.8 = 14.1 ms
+  // against 17.5 padded to 128.
+  AdmitRows(q, 100, kT0, absl::Microseconds(20));
+  auto r = q.Poll(kT0 + absl::Milliseconds(2), false);
+  ASSERT_TRUE(r.batch.has_value());
+  EXPECT_EQ(r.batch->rows, 64);
+  EXPECT_EQ(q.queued_rows(), 36);
+}
+
+TEST(AdaptiveSizingTest, EverySixteenthCutRunsWholeSoItsSizeIsMeasuredAgain) {
+  BatchQueue q(H200Sizes(BatchingPolicy::kAdaptive));
+  for (int i = 0; i < 2 * BatchQueue::kWholeEvery; ++i) {
+    const absl::Time start = kT0 + i * absl::Milliseconds(10);
+    AdmitRows(q, 90, start);
+    auto r = q.Poll(start + absl::Milliseconds(2), false);
+    ASSERT_TRUE(r.batch.has_value());
+    const bool whole = (i + 1) % BatchQueue::kWholeEvery == 0;
+    EXPECT_EQ(r.batch->rows, whole ? 90 : 64) << "batch " << i;
+    while (q.Poll(start + absl::Milliseconds(2), /*draining=*/true).batch.has_value()) {
+    }
+    ASSERT_TRUE(q.empty());
+  }
 }
 
 TEST(AdaptiveSizingTest, TheFixedPolicyNoCostsOrTheSwitchOffPadTheWholeBatch) {
