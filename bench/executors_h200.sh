@@ -23,13 +23,8 @@ NULL_PAIRS=${NULL_PAIRS:-"2:2 8:8"}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-(python3 models/export.py --out build-gpu/models --only resnet50 > "$OUT/export.txt" 2>&1 ||
-   echo "export FAILED" >> "$OUT/export.txt") &
-export_pid=$!
-gpu_build metalserve metalserve-bench || { wait "$export_pid"; echo "stopping"; exit 1; }
-stamp "built"
-wait "$export_pid"
-stamp "exported"; tail -2 "$OUT/export.txt"
+gpu_build_while_exporting --out build-gpu/models --only resnet50 -- metalserve metalserve-bench ||
+  exit 1
 [[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
 flags="--device=cuda --threads=8 --max_batch_size=256 --allowed_batch_sizes=1,8,32,64,128,256"
 bash bench/executors.sh build-gpu build-gpu/models/resnet50.pt "$flags" "64 256" "$PAIRS" "$ROUNDS" 5

@@ -29,3 +29,23 @@ gpu_build() {
   cmake --build build-gpu -j16 --target "$@" > "$OUT/build.txt" 2>&1 ||
     { grep -E "error|Error" "$OUT/build.txt" | head -30; echo "build failed"; return 1; }
 }
+
+# gpu_build_while_exporting EXPORT_ARG... -- TARGET...: runs
+# `python3 models/export.py EXPORT_ARG...` (log in $OUT/export.txt, which
+# ends "export FAILED" when it fails) beside `gpu_build TARGET...`, then
+# waits for it. Returns 1, once the export has ended, when the build fails.
+# The caller checks the models it needs.
+gpu_build_while_exporting() {
+  local export_args=()
+  while [[ $# -gt 0 && $1 != -- ]]; do export_args+=("$1"); shift; done
+  shift  # the --
+  (python3 models/export.py "${export_args[@]}" > "$OUT/export.txt" 2>&1 ||
+     echo "export FAILED" >> "$OUT/export.txt") &
+  # Waited for by pid: a bare `wait` also waits for the callers' tee (a
+  # process substitution), which never ends.
+  local export_pid=$!
+  gpu_build "$@" || { wait "$export_pid"; echo "stopping"; return 1; }
+  stamp "built"
+  wait "$export_pid"
+  stamp "exported"; tail -3 "$OUT/export.txt"
+}

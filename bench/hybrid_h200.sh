@@ -22,14 +22,8 @@ mkdir -p "$RES" "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
 mkdir -p build-gpu/models
-# Waited for by pid: a bare `wait` also waits for the tee above.
-(python3 models/export.py --out build-gpu/models --only "$MODELS" > "$OUT/export.txt" 2>&1 ||
-   echo "export FAILED" >> "$OUT/export.txt") &
-export_pid=$!
-gpu_build metalserve metalserve-bench || { wait "$export_pid"; echo "stopping"; exit 1; }
-stamp "built"
-wait "$export_pid"
-stamp "exported"; tail -4 "$OUT/export.txt"
+gpu_build_while_exporting --out build-gpu/models --only "$MODELS" -- metalserve metalserve-bench ||
+  exit 1
 # The server logs go to a temporary folder hybrid.py names; TMPDIR puts it under RES.
 mkdir -p "$RES/logs"
 TMPDIR="$RES/logs" python3 bench/hybrid.py --build=build-gpu --models="$MODELS" --threads=8 \

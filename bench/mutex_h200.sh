@@ -24,13 +24,8 @@ ROUNDS=${ROUNDS:-2}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-(python3 models/export.py --out build-gpu/models --only resnet50 > "$OUT/export.txt" 2>&1 ||
-   echo "export FAILED" >> "$OUT/export.txt") &
-export_pid=$!
-gpu_build metalserve metalserve-bench echo_server || { wait "$export_pid"; echo "stopping"; exit 1; }
-stamp "built"
-wait "$export_pid"
-stamp "exported"; tail -2 "$OUT/export.txt"
+gpu_build_while_exporting --out build-gpu/models --only resnet50 -- \
+  metalserve metalserve-bench echo_server || exit 1
 [[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
 off=METALSERVE_MUTEX_DEADLOCK_DETECTION=0
 export "$off"  # the client's (the servers' are set per mode below)

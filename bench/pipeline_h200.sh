@@ -23,13 +23,8 @@ SETUPS=${SETUPS:-"adaptive|--batching=adaptive;fixed0|--batching=fixed --max_que
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-(python3 models/export.py --out build-gpu/models --only resnet50 > "$OUT/export.txt" 2>&1 ||
-   echo "export FAILED" >> "$OUT/export.txt") &
-export_pid=$!
-gpu_build metalserve metalserve-bench || { wait "$export_pid"; echo "stopping"; exit 1; }
-stamp "built"
-wait "$export_pid"
-stamp "exported"; tail -2 "$OUT/export.txt"
+gpu_build_while_exporting --out build-gpu/models --only resnet50 -- metalserve metalserve-bench ||
+  exit 1
 [[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
 base="--device=cuda --threads=8 --max_batch_size=256 --allowed_batch_sizes=1,8,32,64,128,256"
 IFS=';' read -r -a setups <<< "$SETUPS"

@@ -24,13 +24,8 @@ FLAGS=${FLAGS:---device=cuda --threads=8 --max_batch_size=64 --executors=2 --dev
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-(python3 models/export.py --repository build-gpu/model_repository --only "$MODELS" \
-   > "$OUT/export.txt" 2>&1 || echo "export FAILED" >> "$OUT/export.txt") &
-export_pid=$!
-gpu_build metalserve metalserve-bench metalservectl || { wait "$export_pid"; echo "stopping"; exit 1; }
-stamp "built"
-wait "$export_pid"
-stamp "exported"; tail -3 "$OUT/export.txt"
+gpu_build_while_exporting --repository build-gpu/model_repository --only "$MODELS" -- \
+  metalserve metalserve-bench metalservectl || exit 1
 date=$(date +%F)
 for model in ${MODELS//,/ }; do
   python3 bench/reload.py --build=build-gpu --repository=build-gpu/model_repository \

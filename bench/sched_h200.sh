@@ -25,15 +25,8 @@ mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
 mkdir -p build-gpu/models
-# Waited for by pid: a bare `wait` also waits for the tee above (a process
-# substitution), which never ends.
-(python3 models/export.py --out build-gpu/models --only resnet50 > "$OUT/export.txt" 2>&1 ||
-   echo "export FAILED" >> "$OUT/export.txt") &
-export_pid=$!
-gpu_build metalserve metalserve-bench || { wait "$export_pid"; echo "stopping"; exit 1; }
-stamp "built"
-wait "$export_pid"
-stamp "exported"; tail -3 "$OUT/export.txt"
+gpu_build_while_exporting --out build-gpu/models --only resnet50 -- metalserve metalserve-bench ||
+  exit 1
 [[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
 python3 bench/run.py --build=build-gpu --model=resnet50 --device=cuda --threads=8 --optimize=auto \
   --max_batch_size=256 --allowed_batch_sizes=1,2,4,8,16,24,32,48,64,96,128,192,256 \
