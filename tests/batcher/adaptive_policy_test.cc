@@ -390,10 +390,7 @@ TEST(AdaptiveSizingTest, TheFixedPolicyNoCostsOrTheSwitchOffPadTheWholeBatch) {
   off.trim_padded_batches = false;
   for (const BatcherOptions& o : {H200Sizes(BatchingPolicy::kFixed), no_costs, off}) {
     BatchQueue q(o);
-    for (int i = 0; i < 90; ++i) {
-      std::unique_ptr<BatchTask> t = MakeTask(1);
-      ASSERT_THAT(q.Admit(&t, kT0), IsOk());
-    }
+    AdmitRows(q, 90, kT0);
     auto r = q.Poll(kT0 + absl::Milliseconds(2), false);
     ASSERT_TRUE(r.batch.has_value());
     EXPECT_EQ(r.batch->rows, 90);
@@ -403,10 +400,7 @@ TEST(AdaptiveSizingTest, TheFixedPolicyNoCostsOrTheSwitchOffPadTheWholeBatch) {
 
 TEST(AdaptiveSizingTest, ABatchThatPadsCheaplyStaysWhole) {
   BatchQueue q(H200Sizes(BatchingPolicy::kAdaptive));
-  for (int i = 0; i < 5; ++i) {
-    std::unique_ptr<BatchTask> t = MakeTask(1);
-    ASSERT_THAT(q.Admit(&t, kT0), IsOk());
-  }
+  AdmitRows(q, 5, kT0);
   auto r = q.Poll(kT0 + absl::Milliseconds(2), false);
   ASSERT_TRUE(r.batch.has_value());
   // 2.6 / 5 = 0.52 ms a row padded to 8, against 2.1 for one row alone.
