@@ -389,8 +389,6 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   return ro;
 }
 
-
-
 // --model_repository: every model of the folder loaded (exits 1 when the
 // folder cannot be read; a model that fails is logged and the others serve).
 std::unique_ptr<metalserve::RepositoryServing> RepositoryOrExit(
