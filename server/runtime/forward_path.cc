@@ -132,7 +132,10 @@ absl::StatusOr<std::vector<at::Tensor>> ForwardPath::FromDevice(const c10::IValu
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     ASSIGN_OR_RETURN(const at::ScalarType want, ToScalarType(outputs_[i].dtype));
-    tensors[i] = tensors[i].to(at::kCPU).to(want).contiguous();
+    // Cast where the tensor is, then copy: a cast on the host (fp16 compute,
+    // fp32 signature) is a CPU op that wakes the intra-op thread team for
+    // every batch, whose spin-wait then holds cores the transport needs.
+    tensors[i] = tensors[i].to(want).to(at::kCPU).contiguous();
   }
   return tensors;
 }
