@@ -12,9 +12,9 @@
 # Prints one line per N: total req/s, each process's req/s, the worst p99,
 # errors and server CPU us/request. BATCH_STATS=1 also serves /metrics on a
 # free loopback port and prints, over the timed run, the batches' mean rows,
-# the padding's share of the rows run, the batches by close reason and the
+# the padding's share of the rows run, the batches by close reason, the
 # device's busy share (metalserve_device_busy_seconds_total over the run's
-# wall time). Loopback only; stops by itself.
+# wall time) and the batches cut back from padding with the rows they left. Loopback only; stops by itself.
 set -euo pipefail
 build=$1 model=$2 flags=$3 conc=$4 counts=$5 dur=${6:-5}
 work=$(mktemp -d)
@@ -41,7 +41,7 @@ import json, re, sys, time, urllib.request
 t_sent = time.time()
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=30).read().decode()
 out = {"sent": t_sent, "answered": time.time(), "rows": 0.0, "batches": 0.0, "padding": 0.0,
-       "busy": 0.0, "reasons": {}}
+       "busy": 0.0, "cut": 0.0, "cut_rows": 0.0, "reasons": {}}
 for line in text.splitlines():
     m = re.match(r'^(\w+)(\{[^}]*\})? ([0-9.eE+-]+)$', line)
     if not m: continue
@@ -50,6 +50,8 @@ for line in text.splitlines():
     elif name == "metalserve_batch_size_rows_count": out["batches"] += v
     elif name == "metalserve_batch_padding_rows_total": out["padding"] += v
     elif name == "metalserve_device_busy_seconds_total": out["busy"] += v
+    elif name == "metalserve_batches_cut_total": out["cut"] += v
+    elif name == "metalserve_batch_cut_rows_total": out["cut_rows"] += v
     elif name == "metalserve_batches_total":
         r = re.search(r'reason="([^"]*)"', labels)
         if r: out["reasons"][r.group(1)] = out["reasons"].get(r.group(1), 0) + v
@@ -86,7 +88,8 @@ print(f"clients={n} x c={per}: total {sum(rs):,.0f} req/s ({' / '.join(f'{r:,.0f
       f"worst p99 {p99:.2f} ms, errors {err}, server CPU {cpu_s:.2f} s over {ok} answers = "
       f"{1e6 * cpu_s / max(ok, 1):.0f} us/request", flush=True)
 if s0 and s1:
-    d = {k: s1[k] - s0[k] for k in ("rows", "batches", "padding", "busy")}
+    d = {k: s1.get(k, 0) - s0.get(k, 0)
+         for k in ("rows", "batches", "padding", "busy", "cut", "cut_rows")}
     # The busy share over the time between the scrapes (the first's answer to
     # the second's request): a slow answer must not stretch the window.
     d["t"] = s1["sent"] - s0["answered"]
@@ -96,7 +99,8 @@ if s0 and s1:
     b = max(d["batches"], 1)
     print(f"  batches {int(d['batches'])}: mean {d['rows'] / b:.1f} rows, padding "
           f"{100 * d['padding'] / max(d['rows'] + d['padding'], 1):.1f} % of rows run, "
-          f"closed {reasons}, device busy {100 * d['busy'] / max(d['t'], 1e-9):.0f} %"
+          f"closed {reasons}, device busy {100 * d['busy'] / max(d['t'], 1e-9):.0f} %, "
+          f"cut back {int(d['cut'])} ({int(d['cut_rows'])} rows left for later)"
           + (f" (a /metrics scrape took {slow:.1f} s)" if slow > 1 else ""), flush=True)
 PY
 done

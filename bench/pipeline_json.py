@@ -21,7 +21,8 @@ RUN = re.compile(r"^round (\d+) c=(\d+) (.+?): clients=\d+ x c=\d+: total ([\d,]
                  r"(\d+) us/request")
 DONE = re.compile(r"^\[\d+ s\] (\S+) done$")
 BATCH = re.compile(r"^\s+batches (\d+): mean ([\d.]+) rows, padding ([\d.]+) % of rows run, "
-                   r"closed (\{.*\}), device busy (\d+) %")
+                   r"closed (\{.*\}), device busy (\d+) %"
+                   r"(?:, cut back (\d+) \((\d+) rows left for later\))?")
 
 
 def parse(lines):
@@ -45,6 +46,8 @@ def parse(lines):
             runs[-1].update({"batches": int(b[1]), "mean_batch_rows": float(b[2]),
                              "padding_percent": float(b[3]),
                              "closed": ast.literal_eval(b[4]), "device_busy_percent": int(b[5])})
+            if b[6] is not None:
+                runs[-1].update({"batches_cut": int(b[6]), "cut_rows": int(b[7])})
     return runs
 
 

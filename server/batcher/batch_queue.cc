@@ -483,8 +483,10 @@ BatchQueue::PollResult BatchQueue::Poll(absl::Time now, bool draining) {
     }
     return result;
   }
+  const int64_t closed_rows = c.rows;
   TrimToAllowedSize(&c, now, draining);
   Batch batch = TakeBatch(c.picked, c.rows);
+  batch.rows_left_by_cut = closed_rows - c.rows;
   batch.reason = *reason;
   batch.formed_at = now;
   result.batch = std::move(batch);

@@ -90,6 +90,9 @@ struct Batch {
   int64_t padded_rows = 0;  // rows after padding to an allowed size (>= rows)
   CloseReason reason = CloseReason::kFull;
   absl::Time formed_at;
+  // Rows the adaptive policy's cut back from padding left queued for a
+  // later batch (batch_queue.h, "Cut back from padding"); 0: not cut.
+  int64_t rows_left_by_cut = 0;
 };
 
 }  // namespace metalserve

@@ -313,6 +313,10 @@ class ModelMetricsImpl final : public ModelMetrics {
     series_.Reason(reason)->Increment();
     series_.compute_duration->Observe(absl::ToDoubleSeconds(compute));
   }
+  void BatchCut(int64_t rows_left) override {
+    series_.cut_batches->Increment();
+    series_.cut_rows->Increment(static_cast<double>(rows_left));
+  }
   void SetQueueDepth(int64_t rows) override {
     series_.queue_depth->Set(static_cast<double>(rows));
   }

@@ -23,6 +23,10 @@
 //   batches_total{reason}                  [model] counter, why each batch
 //                                          closed (full, delay_expired,
 //                                          no_delay, draining, no_gain, priority_cap, other)
+//   batches_cut_total,                     [model] counters: batches the
+//   batch_cut_rows_total                   adaptive policy cut back from
+//                                          padding, and the rows they left
+//                                          queued for a later batch
 //   queue_depth_rows                       [model] gauge
 //   device_batches_total{device},          [model] counters per device that
 //   device_batch_rows_total{device},       ran the version's batches (a
@@ -177,6 +181,10 @@ class ModelMetrics {
                               absl::string_view reason,
                               absl::Duration compute) = 0;
   virtual void SetQueueDepth(int64_t rows) = 0;
+  // A closed batch cut back from padding, leaving `rows_left` rows queued
+  // for a later batch: batches_cut_total and batch_cut_rows_total.
+  // Default: nothing (fakes).
+  virtual void BatchCut(int64_t /*rows_left*/) {}
   // A batch of `rows` rows (padding included) that `device` ran
   // successfully, its forward taking `took`: device_batches_total,
   // device_batch_rows_total and device_busy_seconds_total. A hybrid model's

@@ -93,6 +93,16 @@ BatchFamilies::BatchFamilies(prometheus::Registry& registry)
                        .Help("Rows added to batches to reach an allowed batch size, by "
                              "model version.")
                        .Register(registry)),
+      cut_batches(prometheus::BuildCounter()
+                      .Name("metalserve_batches_cut_total")
+                      .Help("Closed batches the adaptive policy cut back instead of padding "
+                            "them to an allowed batch size, by model version.")
+                      .Register(registry)),
+      cut_rows(prometheus::BuildCounter()
+                   .Name("metalserve_batch_cut_rows_total")
+                   .Help("Rows the batches in metalserve_batches_cut_total left queued for "
+                         "a later batch, by model version.")
+                   .Register(registry)),
       batches(prometheus::BuildCounter()
                   .Name("metalserve_batches_total")
                   .Help("Batches run, by model version and the reason the batch closed.")

@@ -51,6 +51,8 @@ struct ModelSeries {
   prometheus::Histogram* compute_duration = nullptr;
   prometheus::Histogram* rows = nullptr;
   prometheus::Counter* padding_rows = nullptr;
+  prometheus::Counter* cut_batches = nullptr;
+  prometheus::Counter* cut_rows = nullptr;
   std::array<prometheus::Counter*, kBatchReasons.size()> reasons{};
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Gauge* queue_capacity = nullptr;  // null: no capacity given

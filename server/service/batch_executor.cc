@@ -108,6 +108,7 @@ void BatchExecutor::Process(Batch batch) {
   if (!tasks.empty()) RunGroup(tasks);
   ReleaseDeviceSlot();
   if (metrics_ != nullptr) {
+    if (batch.rows_left_by_cut > 0) metrics_->BatchCut(batch.rows_left_by_cut);
     metrics_->BatchCompleted(batch.rows, batch.padded_rows - batch.rows,
                              CloseReasonName(batch.reason),
                              clock_->TimeNow() - start);

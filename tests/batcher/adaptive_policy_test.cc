@@ -329,6 +329,7 @@ TEST(AdaptiveSizingTest, ABatchPaddedAtHighCostIsCutBackAndTheRestGoesNext) {
   // (with the ~5 expected to arrive meanwhile) about 4.5 of a batch of 32.
   EXPECT_EQ(first.batch->rows, 64);
   EXPECT_EQ(first.batch->padded_rows, 64);
+  EXPECT_EQ(first.batch->rows_left_by_cut, 26);  // what metalserve_batch_cut_rows_total adds
   std::vector<int> oldest(64);
   for (int i = 0; i < 64; ++i) oldest[i] = i;
   EXPECT_EQ(Ids(*first.batch), oldest);
@@ -339,6 +340,7 @@ TEST(AdaptiveSizingTest, ABatchPaddedAtHighCostIsCutBackAndTheRestGoesNext) {
   ASSERT_TRUE(second.batch.has_value());
   EXPECT_EQ(second.batch->rows, 26);
   EXPECT_EQ(second.batch->padded_rows, 32);
+  EXPECT_EQ(second.batch->rows_left_by_cut, 0);
   EXPECT_EQ(Ids(*second.batch).front(), 64);
   EXPECT_TRUE(q.empty());
 }
@@ -377,6 +379,7 @@ TEST(AdaptiveSizingTest, EverySixteenthCutRunsWholeSoItsSizeIsMeasuredAgain) {
     ASSERT_TRUE(r.batch.has_value());
     const bool whole = (i + 1) % BatchQueue::kWholeEvery == 0;
     EXPECT_EQ(r.batch->rows, whole ? 90 : 64) << "batch " << i;
+    EXPECT_EQ(r.batch->rows_left_by_cut, whole ? 0 : 26) << "batch " << i;
     while (q.Poll(start + absl::Milliseconds(2), /*draining=*/true).batch.has_value()) {
     }
     ASSERT_TRUE(q.empty());
@@ -395,6 +398,7 @@ TEST(AdaptiveSizingTest, TheFixedPolicyNoCostsOrTheSwitchOffPadTheWholeBatch) {
     ASSERT_TRUE(r.batch.has_value());
     EXPECT_EQ(r.batch->rows, 90);
     EXPECT_EQ(r.batch->padded_rows, 128);
+    EXPECT_EQ(r.batch->rows_left_by_cut, 0);
   }
 }
 

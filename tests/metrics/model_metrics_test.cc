@@ -67,6 +67,8 @@ TEST(ModelMetricsTest, CreatesEveryInferenceSeriesAtZeroWhenAVersionLoads) {
   EXPECT_THAT(Sample(s, A1("metalserve_compute_duration_seconds_count")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batch_size_rows_count")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batch_padding_rows_total")), Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, A1("metalserve_batches_cut_total")), Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, A1("metalserve_batch_cut_rows_total")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_queue_depth_rows")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_queue_capacity_rows")), Optional(Eq(64)));
 }
@@ -84,6 +86,8 @@ TEST(ModelMetricsTest, RecordsRequestsAndBatchesUnderTheirVersionOnly) {
   a->BatchCompleted(6, 2, "full", absl::Milliseconds(10));
   a->BatchCompleted(3, 1, "delay_expired", absl::Milliseconds(30));
   a->BatchCompleted(1, 0, "some_new_reason", absl::Milliseconds(20));
+  a->BatchCut(26);
+  a->BatchCut(4);
   a->SetQueueDepth(12);
   const std::string s = metrics->Scrape();
   EXPECT_THAT(Sample(s, A1("metalserve_requests_total", R"(code="OK",method="Predict")")),
@@ -105,6 +109,10 @@ TEST(ModelMetricsTest, RecordsRequestsAndBatchesUnderTheirVersionOnly) {
   EXPECT_THAT(Sample(s, A1("metalserve_batch_size_rows_sum")), Optional(Eq(10)));
   EXPECT_THAT(Sample(s, A1("metalserve_batch_size_rows_bucket", R"(le="4")")), Optional(Eq(2)));
   EXPECT_THAT(Sample(s, A1("metalserve_batch_padding_rows_total")), Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, A1("metalserve_batches_cut_total")), Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, A1("metalserve_batch_cut_rows_total")), Optional(Eq(30)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_cut_total{model="b",version="7"})"),
+              Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_total", R"(reason="full")")), Optional(Eq(1)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_total", R"(reason="other")")), Optional(Eq(1)));
   EXPECT_THAT(s, Not(HasSubstr("some_new_reason")));
@@ -136,6 +144,7 @@ TEST(ModelMetricsTest, DestroyingTheHandleRemovesEveryOneOfItsSeries) {
   std::unique_ptr<ModelMetrics> b = metrics->ForModel("b", "1", 64);
   a->RequestFinished("Predict", absl::StatusCode::kOk, absl::Milliseconds(1));
   a->BatchCompleted(1, 0, "full", absl::Milliseconds(1));
+  a->BatchCut(3);
   a.reset();
   const std::string s = metrics->Scrape();
   EXPECT_THAT(s, Not(HasSubstr(R"(model="a")")));

@@ -3,9 +3,11 @@
 // what ran; each task records how it was answered.
 #include "server/service/batch_executor.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -107,9 +109,8 @@ class BatchExecutorTest : public ::testing::Test {
     return answer;
   }
   // Runs the batch built so far on a new executor.
-  void Run() {
-    BatchExecutor executor(&runner_, options_, /*device_concurrency=*/1,
-                           /*metrics=*/nullptr, &clock_);
+  void Run(ModelMetrics* metrics = nullptr) {
+    BatchExecutor executor(&runner_, options_, /*device_concurrency=*/1, metrics, &clock_);
     executor.Process(std::move(batch_));
     batch_ = Batch();
   }
@@ -143,6 +144,34 @@ TEST_F(BatchExecutorTest, PadsToTheNextAllowedSizeAndSlicesThePaddingOff) {
   EXPECT_EQ(a->values(), std::vector<float>(kWidth, 2.0f));
   EXPECT_EQ(b->values(), std::vector<float>(2 * kWidth, 6.0f));
   EXPECT_EQ(a->stats.batch_rows, 4);
+}
+
+// Records what the executor reports of each batch.
+class BatchRecorder final : public ModelMetrics {
+ public:
+  void RequestFinished(absl::string_view, absl::StatusCode, absl::Duration) override {}
+  void QueueWait(absl::Duration) override {}
+  void BatchCompleted(int64_t rows, int64_t padding_rows, absl::string_view,
+                      absl::Duration) override {
+    completed.push_back({rows, padding_rows});
+  }
+  void SetQueueDepth(int64_t) override {}
+  void BatchCut(int64_t rows_left) override { cuts.push_back(rows_left); }
+  std::vector<std::pair<int64_t, int64_t>> completed;  // rows, padding
+  std::vector<int64_t> cuts;
+};
+
+TEST_F(BatchExecutorTest, ReportsABatchCutBackFromPaddingOnceWithTheRowsItLeft) {
+  options_.allowed_batch_sizes = {1, 2, 4, 8};
+  BatchRecorder recorder;
+  Add({.rows = 2, .value = 1.0f});
+  batch_.rows_left_by_cut = 3;  // as BatchQueue::Poll sets it after a cut
+  Run(&recorder);
+  Add({.rows = 3, .value = 1.0f});
+  Run(&recorder);
+  EXPECT_THAT(recorder.cuts, ElementsAre(3));
+  EXPECT_THAT(recorder.completed,
+              ElementsAre(std::pair<int64_t, int64_t>{2, 0}, std::pair<int64_t, int64_t>{3, 1}));
 }
 
 TEST_F(BatchExecutorTest, ModelErrorIsRerunInHalvesSoOnlyThePoisonedTaskFails) {
