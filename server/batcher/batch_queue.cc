@@ -174,6 +174,35 @@ BatchQueue::BatchPlan BatchQueue::PlanThrough(int level, int64_t rows, absl::Tim
   } else {
     if (last > 0) ahead(last, 1);
     plan.own_rows = rows;
+    return plan;
+  }
+  // The cut from padding leaves the newest rows out first, so it leaves the
+  // request out whenever it cuts its batch: the rows ahead of it (counted
+  // as splittable anywhere, one-row requests) run as a batch of their own,
+  // and the request rides in the rest's batch, of as many rows as the cut
+  // expected it to reach. The best prefix within one padded size is its
+  // largest (same run, fewer rows left), so only the allowed sizes below
+  // the request and the whole of the rows ahead are tried.
+  const int64_t whole = plan.own_rows;
+  if (!CutsPadding(whole)) return plan;
+  double best = kTrimGain * absl::ToDoubleSeconds(adaptive_->DeviceCostOf(whole));
+  std::optional<int64_t> kept;
+  std::optional<SplitCost> split;
+  const auto consider = [&](int64_t k) {
+    const SplitCost s = CostOfSplit(k, whole, now, /*draining=*/false);
+    if (s.total < best || (s.total == best && kept.has_value() && k > *kept)) {
+      best = s.total;
+      kept = k;
+      split = s;
+    }
+  };
+  consider(whole - rows);
+  for (int64_t size : options_.allowed_batch_sizes) {
+    if (size < whole - rows) consider(size);
+  }
+  if (kept.has_value()) {
+    ahead(*kept, 1);
+    plan.own_rows = split->rest_batch_rows;
   }
   return plan;
 }
@@ -366,41 +395,45 @@ double BatchQueue::BestRowCost(int64_t rest, int64_t top) const {
   return best;
 }
 
-void BatchQueue::TrimToAllowedSize(Candidate* c, absl::Time now, bool draining) {
-  if (!adaptive_ || options_.policy != BatchingPolicy::kAdaptive ||
-      !options_.trim_padded_batches || options_.allowed_batch_sizes.empty() ||
-      c->picked.size() < 2 || options_.PaddedRows(c->rows) == c->rows) {
-    return;
-  }
-  auto cost = [this](int64_t rows) {
-    return absl::ToDoubleSeconds(adaptive_->DeviceCostOf(rows));
-  };
+bool BatchQueue::CutsPadding(int64_t rows) const {
+  return adaptive_ && options_.policy == BatchingPolicy::kAdaptive &&
+         options_.trim_padded_batches && !options_.allowed_batch_sizes.empty() &&
+         options_.PaddedRows(rows) != rows;
+}
+
+BatchQueue::SplitCost BatchQueue::CostOfSplit(int64_t kept, int64_t rows, absl::Time now,
+                                              bool draining) const {
   // Rows expected to arrive while the kept part runs: none while draining
   // or when nothing is expected.
   const double gap = draining ? std::numeric_limits<double>::infinity()
                               : absl::ToDoubleSeconds(adaptive_->arrivals().ExpectedGap(now));
-  const double rows_per_arrival = adaptive_->arrivals().mean_rows();
+  const double run = absl::ToDoubleSeconds(adaptive_->DeviceCostOf(kept));
+  const int64_t rest = rows - kept;
+  double joining = 0;
+  if (gap <= 0) {
+    joining = static_cast<double>(MaxRows());
+  } else if (std::isfinite(gap)) {
+    joining = run / gap * adaptive_->arrivals().mean_rows();
+  }
+  SplitCost split;
+  split.rest_batch_rows = std::max(
+      rest, static_cast<int64_t>(std::min(static_cast<double>(MaxRows()),
+                                          static_cast<double>(rest) + joining)));
+  split.total = run + static_cast<double>(rest) * BestRowCost(rest, split.rest_batch_rows);
+  return split;
+}
+
+void BatchQueue::TrimToAllowedSize(Candidate* c, absl::Time now, bool draining) {
+  if (c->picked.size() < 2 || !CutsPadding(c->rows)) return;
   std::vector<int64_t> prefix_rows(c->picked.size(), 0);  // rows of picked[0, n)
   for (size_t n = 1; n < c->picked.size(); ++n) {
     prefix_rows[n] = prefix_rows[n - 1] + tasks_[c->picked[n - 1]]->rows();
   }
-  double best = kTrimGain * cost(c->rows);
+  double best = kTrimGain * absl::ToDoubleSeconds(adaptive_->DeviceCostOf(c->rows));
   size_t keep = c->picked.size();
   // Largest prefix first: on a tie, fewer rows wait.
   for (size_t n = c->picked.size() - 1; n >= 1; --n) {
-    const int64_t kept = prefix_rows[n];
-    const int64_t rest = c->rows - kept;
-    const double run = cost(kept);
-    double joining = 0;
-    if (gap <= 0) {
-      joining = static_cast<double>(MaxRows());
-    } else if (std::isfinite(gap)) {
-      joining = run / gap * rows_per_arrival;
-    }
-    const int64_t top = std::max(
-        rest, static_cast<int64_t>(std::min(static_cast<double>(MaxRows()),
-                                            static_cast<double>(rest) + joining)));
-    const double total = run + static_cast<double>(rest) * BestRowCost(rest, top);
+    const double total = CostOfSplit(prefix_rows[n], c->rows, now, draining).total;
     if (total < best) {
       best = total;
       keep = n;

@@ -125,10 +125,14 @@
 //    22 %) while it was 89-97 % busy; cut back (by the first version of
 //    the rule, which compared c(K) / K with c(R) / R and left the rest's
 //    cost out), 12-26 % and 1.04-1.25x the throughput. With no cost figures
-//    (c = 0) nothing is cut. Not modelled by the latency target's admission
-//    estimate, which counts the whole batch padded: a request's estimate
-//    can be too high (its batch is cut cheaper) or too low (it is left out
-//    of one batch and rides in the next).
+//    (c = 0) nothing is cut. The latency target's admission estimate
+//    models the cut of the request's own batch: the cut leaves the newest
+//    rows out first, so a request whose batch would be cut is estimated
+//    behind the kept prefix (one more batch ahead) in a batch of the rows
+//    the rest is expected to reach (counting its own batch padded whole
+//    had it finish too early when it rides in the next). The batches ahead
+//    of it are still counted padded (a cut only makes them cheaper), and
+//    every kWholeEvery-th cut's running whole is not modelled.
 //  * Otherwise Poll says when to look again: the oldest task's delay expiry,
 //    the earliest deadline or when the adaptive policy reconsiders, whichever
 //    is first.
@@ -361,6 +365,15 @@ class BatchQueue {
   void TrimToAllowedSize(Candidate* c, absl::Time now, bool draining);
   // The lowest device time per row of a batch of `rest` to `top` rows.
   double BestRowCost(int64_t rest, int64_t top) const;
+  // Whether a closed batch of `rows` may be cut back from padding.
+  bool CutsPadding(int64_t rows) const;
+  // Keeping `kept` of a closed batch's `rows`: T(K) in seconds, and the rows
+  // the rest is expected to ride with (top, at least the rest).
+  struct SplitCost {
+    double total = 0;
+    int64_t rest_batch_rows = 0;
+  };
+  SplitCost CostOfSplit(int64_t kept, int64_t rows, absl::Time now, bool draining) const;
   // Removes `picked` from tasks_ into a batch; updates the starvation count.
   Batch TakeBatch(const std::vector<size_t>& picked, int64_t rows);
 

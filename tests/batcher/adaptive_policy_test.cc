@@ -15,6 +15,10 @@ namespace metalserve {
 namespace {
 
 using ::metalserve::testing::IsOk;
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 const absl::Time kT0 = absl::UnixEpoch() + absl::Hours(1);
 constexpr absl::Duration kUs = absl::Microseconds(1);
@@ -410,6 +414,44 @@ TEST(AdaptiveSizingTest, ABatchThatPadsCheaplyStaysWhole) {
   // 2.6 / 5 = 0.52 ms a row padded to 8, against 2.1 for one row alone.
   EXPECT_EQ(r.batch->rows, 5);
   EXPECT_EQ(r.batch->padded_rows, 8);
+}
+
+// Under a latency target the admission estimate follows the cut: 99 rows
+// queued at one every 20 us, batches capped at 128 (2 x 17.5 ms fits 40
+// ms). The 100th request's batch of 100 would pad to 128 (17.5 ms); the
+// cut keeps 64 (9.3 ms) and leaves the newest 36, the request among them,
+// for a batch the arrivals fill to 128: done in 9.3 + 17.5 = 26.8 ms.
+TEST(AdaptiveSizingTest, TheLatencyTargetEstimatesARequestTheCutLeavesOutInTheNextBatch) {
+  BatcherOptions o = H200Sizes(BatchingPolicy::kAdaptive);
+  o.latency_target = absl::Milliseconds(40);
+  const absl::Time last = kT0 + 99 * absl::Microseconds(20);
+  {
+    BatchQueue q(o);
+    AdmitRows(q, 99, kT0, absl::Microseconds(20));
+    // A deadline 20 ms away: met by the whole batch padded (17.5 ms), not
+    // by the batch the request will really ride in.
+    std::unique_ptr<BatchTask> t = MakeTask(1, "f32[3]", last + absl::Milliseconds(20),
+                                            std::make_shared<TaskOutcome>(), 99);
+    EXPECT_THAT(q.Admit(&t, last),
+                testing::StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                  AllOf(HasSubstr("estimated to finish in 26.8ms"),
+                                        HasSubstr("1 batch(es) before its own of 128 rows"))));
+    EXPECT_EQ(q.queued_rows(), 99);
+  }
+  // What the estimate expects is what runs: the request is left out.
+  BatchQueue q(o);
+  AdmitRows(q, 100, kT0, absl::Microseconds(20));
+  auto r = q.Poll(kT0 + absl::Milliseconds(2), false);
+  ASSERT_TRUE(r.batch.has_value());
+  EXPECT_EQ(r.batch->rows, 64);
+  EXPECT_THAT(Ids(*r.batch), Not(Contains(99)));
+  // With the cut off the estimate is the whole batch's, and it is admitted.
+  o.trim_padded_batches = false;
+  BatchQueue whole(o);
+  AdmitRows(whole, 99, kT0, absl::Microseconds(20));
+  std::unique_ptr<BatchTask> t = MakeTask(1, "f32[3]", last + absl::Milliseconds(20),
+                                          std::make_shared<TaskOutcome>(), 99);
+  EXPECT_THAT(whole.Admit(&t, last), IsOk());
 }
 
 TEST(AdaptiveSizingTest, WholeTasksAreLeftOutFromTheTailAndTheHeadStays) {
