@@ -135,7 +135,10 @@ absl::StatusOr<std::vector<at::Tensor>> ForwardPath::FromDevice(const c10::IValu
     // Cast where the tensor is, then copy: a cast on the host (fp16 compute,
     // fp32 signature) is a CPU op that wakes the intra-op thread team for
     // every batch, whose spin-wait then holds cores the transport needs.
-    tensors[i] = tensors[i].to(want).to(at::kCPU).contiguous();
+    // float64 is cast on the host: MPS has no float64.
+    at::Tensor t = std::move(tensors[i]);
+    if (!t.is_cpu() && want != at::kDouble) t = t.to(want);
+    tensors[i] = t.to(at::kCPU).to(want).contiguous();
   }
   return tensors;
 }
