@@ -190,7 +190,7 @@ BatchQueue::BatchPlan BatchQueue::PlanThrough(int level, int64_t rows, absl::Tim
   std::optional<SplitCost> split;
   const auto consider = [&](int64_t k) {
     const SplitCost s = CostOfSplit(k, whole, now, /*draining=*/false);
-    if (s.total < best || (s.total == best && kept.has_value() && k > *kept)) {
+    if (s.total < best) {  // largest k first, so a tie keeps the larger
       best = s.total;
       kept = k;
       split = s;
@@ -202,7 +202,7 @@ BatchQueue::BatchPlan BatchQueue::PlanThrough(int level, int64_t rows, absl::Tim
   }
   if (kept.has_value()) {
     ahead(*kept, 1);
-    plan.own_rows = split->rest_batch_rows;
+    plan.own_rows = std::min(split->rest_batch_rows, last_limit);
   }
   return plan;
 }

@@ -51,7 +51,8 @@
 //    never less than the device's forwards of all of them one after
 //    another. Not modelled: the tasks' keys and row granularity (rows are
 //    packed one by one), the starvation bound, and rows arriving or queued
-//    behind it that will join its batch.
+//    behind it that will join its batch (except where its batch would be
+//    cut back from padding: below).
 //  * Priority isolation (both off by default; measured on the GPU host,
 //    ResNet-50 batch 256 at 34 ms: without them level 1's p99 under
 //    saturation was 68-92 ms, because a level-1 arrival waits behind a whole
@@ -130,9 +131,12 @@
 //    rows out first, so a request whose batch would be cut is estimated
 //    behind the kept prefix (one more batch ahead) in a batch of the rows
 //    the rest is expected to reach (counting its own batch padded whole
-//    had it finish too early when it rides in the next). The batches ahead
-//    of it are still counted padded (a cut only makes them cheaper), and
-//    every kWholeEvery-th cut's running whole is not modelled.
+//    had it finish too early when it rides in the next), no larger than its
+//    level's batches may grow. Not modelled: cuts of the batches ahead of
+//    it (counted padded; a cut there makes that batch cheaper but can push
+//    rows into the request's batch), the cut taking a lower level's fill
+//    before the request (the rows ahead are counted as the request's
+//    level), and every kWholeEvery-th cut's running whole.
 //  * Otherwise Poll says when to look again: the oldest task's delay expiry,
 //    the earliest deadline or when the adaptive policy reconsiders, whichever
 //    is first.

@@ -135,9 +135,13 @@ absl::StatusOr<std::vector<at::Tensor>> ForwardPath::FromDevice(const c10::IValu
     // Cast where the tensor is, then copy: a cast on the host (fp16 compute,
     // fp32 signature) is a CPU op that wakes the intra-op thread team for
     // every batch, whose spin-wait then holds cores the transport needs.
-    // float64 is cast on the host: MPS has no float64.
+    // On MPS float64 (none there) and bfloat16 (none before macOS 14) are
+    // cast on the host. A channels-last output is made contiguous where it
+    // is too.
     at::Tensor t = std::move(tensors[i]);
-    if (!t.is_cpu() && want != at::kDouble) t = t.to(want);
+    if (t.is_cuda() || (t.is_mps() && want != at::kDouble && want != at::kBFloat16)) {
+      t = t.to(want).contiguous();
+    }
     tensors[i] = t.to(at::kCPU).to(want).contiguous();
   }
   return tensors;

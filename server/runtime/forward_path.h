@@ -7,8 +7,8 @@
 //   the thread's pooled stream) -> floating inputs cast to the compute
 //   precision -> 4-D inputs in channels-last when asked -> forward under
 //   InferenceMode -> outputs bound to the signature (signature_binding.h) ->
-//   cast to the signature's dtype on the device (float64 on the host: MPS has
-//   none), copied to the host, contiguous.
+//   cast to the signature's dtype and made contiguous on the device (on MPS
+//   float64 and bfloat16 on the host), copied to the host, contiguous.
 //
 // Every call is reported to RuntimeOptions::forward_observer with its
 // purpose, before the forward.
