@@ -217,7 +217,8 @@ def main():
     summary(rows)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"command": sys.argv, "cores": os.cpu_count(), "rows": rows}, f, indent=1)
+            command = " ".join(["bench/transport.py", *sys.argv[1:]])
+            json.dump({"command": command, "cores": os.cpu_count(), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
