@@ -104,3 +104,8 @@ if s0 and s1:
           + (f" (a /metrics scrape took {slow:.1f} s)" if slow > 1 else ""), flush=True)
 PY
 done
+# SERVER_LOG_GREP=PATTERN: the server log's lines that match, after the
+# figures (e.g. "sync schedule" to show that a setting took effect).
+if [[ -n ${SERVER_LOG_GREP:-} ]]; then
+  grep -h -- "$SERVER_LOG_GREP" "$work/server.log" | sed 's/^/  server: /' || true
+fi

@@ -3,6 +3,10 @@
 # packages (.devtools/gpu-env.sh), then lets pkg-config and the linker use
 # the host's own GnuTLS in place of the unpacked one (the Debian libgnutls
 # does not link there), and prints the GPU.
+ls .devdeps/libmicrohttpd-dev_*.deb .devdeps/libgnutls28-dev_*.deb > /dev/null 2>&1 ||
+  echo "gpu_host_env: .devdeps lacks libmicrohttpd-dev or libgnutls28-dev: on the Debian" \
+    "machine, in .devdeps: apt-get download libmicrohttpd-dev libmicrohttpd12 pkgconf" \
+    "pkgconf-bin libpkgconf3 pkg-config libgnutls28-dev (docs/operations.md); cmake will fail"
 source .devtools/gpu-env.sh
 export PKG_CONFIG_PATH=/opt/deb/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=/opt/deb
 g=$(ls /usr/lib/x86_64-linux-gnu/libgnutls.so.30* 2>/dev/null | head -1)

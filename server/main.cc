@@ -29,6 +29,7 @@
 #include "server/process_setup.h"
 #include "server/scheduling_flags.h"
 #include "server/model_config/model_config.h"
+#include "server/runtime/cuda_sync.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/torch_runner.h"
 #include "server/runtime/verification_cache.h"
@@ -91,6 +92,10 @@ ABSL_FLAG(bool, channels_last, false, "Run 4-D inputs in channels-last memory fo
 ABSL_FLAG(bool, cudnn_benchmark, true,
           "CUDA: let cuDNN time its algorithms for each batch size (faster large "
           "batches; each size's first forward, in load and warm-up, pays it)");
+ABSL_FLAG(std::string, cuda_sync, "auto",
+          "How a thread waits for a CUDA device: auto (CUDA's choice: spin while the "
+          "process has fewer contexts than cores), spin, yield, or block (sleep until "
+          "the device signals; frees the cores a spin holds); server/runtime/cuda_sync.h");
 ABSL_FLAG(std::string, optimize, "auto",
           "Graph optimization: none, freeze, full or auto; always verified at load");
 ABSL_FLAG(std::string, cache_dir, "",
@@ -367,6 +372,8 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   ro.channels_last = absl::GetFlag(FLAGS_channels_last);
   ro.optimize = absl::GetFlag(FLAGS_optimize);
   ro.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
+  metalserve::SetCudaSync(
+      OrDie(metalserve::ParseCudaSync(absl::GetFlag(FLAGS_cuda_sync)), "--cuda_sync"));
   ro.cache_dir = absl::GetFlag(FLAGS_cache_dir);
   if (ro.cache_dir.empty()) ro.cache_dir = metalserve::DefaultVerificationCacheDir();
   if (ro.cache_dir == "none") ro.cache_dir.clear();

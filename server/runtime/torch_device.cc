@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <utility>
+#include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -25,6 +27,7 @@
 #ifdef METALSERVE_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 #ifdef __APPLE__
 #include <mach/mach.h>
@@ -33,7 +36,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/runtime/cuda_sync.h"
 #include "server/runtime/forward_path.h"
 
 namespace metalserve::torch_internal {
@@ -61,6 +67,50 @@ c10::Device ToDevice(const std::string& name) {
 double Relative(const at::Tensor& a, const at::Tensor& ref) {
   const double scale = std::max(ref.abs().max().item<double>(), 1e-12);
   return (a - ref).abs().max().item<double>() / scale;
+}
+
+// Gives CUDA device `index` the process's --cuda_sync schedule (cuda_sync.h)
+// the first time the device is seen: before its probe, which creates its
+// context. Logs the schedule the device then reports. kAuto: nothing.
+void ApplyCudaSync(c10::DeviceIndex index) {
+  const CudaSync mode = CurrentCudaSync();
+  if (mode == CudaSync::kAuto) return;
+#ifdef METALSERVE_TORCH_CUDA
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* applied = new std::vector<c10::DeviceIndex>();
+  absl::MutexLock lock(&mu);
+  if (std::find(applied->begin(), applied->end(), index) != applied->end()) return;
+  applied->push_back(index);
+  unsigned int flag = cudaDeviceScheduleAuto;
+  switch (mode) {
+    case CudaSync::kAuto: break;
+    case CudaSync::kSpin: flag = cudaDeviceScheduleSpin; break;
+    case CudaSync::kYield: flag = cudaDeviceScheduleYield; break;
+    case CudaSync::kBlock: flag = cudaDeviceScheduleBlockingSync; break;
+  }
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaError_t err = cudaSetDevice(index);
+  if (err == cudaSuccess) err = cudaSetDeviceFlags(flag);
+  unsigned int now = 0;
+  const bool read = cudaGetDeviceFlags(&now) == cudaSuccess;
+  cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    LOG(WARNING) << "runtime: cuda:" << static_cast<int>(index) << " keeps its sync schedule: "
+                 << "--cuda_sync=" << CudaSyncName(mode) << " failed: " << cudaGetErrorString(err);
+    return;
+  }
+  const bool took = read && (now & cudaDeviceScheduleMask) == flag;
+  LOG(INFO) << "runtime: cuda:" << static_cast<int>(index) << " sync schedule "
+            << CudaSyncName(mode)
+            << (took ? "" : absl::StrCat(" (the device reports flags 0x", absl::Hex(now), ")"));
+#else
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    LOG(WARNING) << "runtime: --cuda_sync=" << CudaSyncName(mode) << " ignored for cuda:"
+                 << static_cast<int>(index) << ": this build has no CUDA support";
+  }
+#endif
 }
 
 }  // namespace
@@ -106,6 +156,7 @@ bool TorchPlatform::Available(const std::string& device, std::string* why) const
 absl::Status TorchPlatform::Probe(const std::string& device) const {
   constexpr int64_t kAllocFloats = (4 << 20) / sizeof(float);  // 4 MB
   const c10::Device d = ToDevice(device);
+  if (d.is_cuda()) ApplyCudaSync(d.index());
   try {
     if (d.is_mps()) {
       const double sum = at::ones({kAllocFloats}, at::TensorOptions().device(d)).sum().item<double>();
@@ -148,6 +199,7 @@ absl::StatusOr<std::shared_ptr<TorchDevice>> TorchDevice::Create(
         "this build of metalserve has no CUDA support (LibTorch without CUDA)");
   }
 #endif
+  if (choice.device.is_cuda()) ApplyCudaSync(choice.device.index());
   return std::shared_ptr<TorchDevice>(new TorchDevice(std::move(choice), std::move(thread)));
 }
 

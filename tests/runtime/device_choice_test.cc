@@ -2,6 +2,8 @@
 // no Mac or GPU here, so availability and the probe's verdict are injected.
 #include "server/runtime/device_choice.h"
 
+#include "server/runtime/cuda_sync.h"
+
 #include <map>
 #include <string>
 #include <vector>
@@ -274,6 +276,27 @@ TEST(DescribeMeasuredChoiceTest, CpuAloneIsNoAcceleratorAndAFailedLoadIsSkipped)
   MeasuredChoice failed_mps{"cpu", {Failed("mps", "out of memory"), Timed("cpu", {{1, 1.0}})}};
   EXPECT_THAT(DescribeMeasuredChoice(failed_mps, {}).skipped,
               ElementsAre("mps: out of memory"));
+}
+
+TEST(CudaSyncTest, ParsesEachScheduleAndNamesABadValueWithTheChoices) {
+  for (const CudaSync mode : {CudaSync::kAuto, CudaSync::kSpin, CudaSync::kYield, CudaSync::kBlock}) {
+    const absl::StatusOr<CudaSync> parsed = ParseCudaSync(CudaSyncName(mode));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, mode) << CudaSyncName(mode);
+  }
+  EXPECT_EQ(CudaSyncName(CudaSync::kBlock), "block");
+  EXPECT_THAT(ParseCudaSync("blocking"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("cuda_sync 'blocking'"),
+                             HasSubstr("auto, spin, yield, block"))));
+}
+
+TEST(CudaSyncTest, TheProcessModeStartsAutoAndKeepsWhatWasSet) {
+  EXPECT_EQ(CurrentCudaSync(), CudaSync::kAuto);
+  SetCudaSync(CudaSync::kBlock);
+  EXPECT_EQ(CurrentCudaSync(), CudaSync::kBlock);
+  SetCudaSync(CudaSync::kAuto);
+  EXPECT_EQ(CurrentCudaSync(), CudaSync::kAuto);
 }
 
 }  // namespace
