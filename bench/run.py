@@ -86,7 +86,7 @@ class Server:
                f"--max_queue_delay={a.max_queue_delay}",
                f"--max_queue_size={max(1024, 4 * max(a.sweep_levels))}",
                f"--executors={a.executors}", f"--device_concurrency={a.device_concurrency}",
-               "--monitor_log_interval=0"]
+               "--monitor_log_interval=0"] + a.server_args
         cmd += list(extra)  # later flags win: a policy's --max_queue_delay
         if a.channels_last:
             cmd.append("--channels_last")
@@ -268,6 +268,8 @@ def main():
     p.add_argument("--raw_min_time", type=float, default=2)
     p.add_argument("--input", default="random")
     p.add_argument("--bench_args", default="", help="extra metalserve-bench flags")
+    p.add_argument("--server_args", default="",
+                   help="extra metalserve flags for every served run (e.g. --cuda_sync=block)")
     p.add_argument("--start_timeout", type=float, default=300)
     p.add_argument("--tag", default="")
     p.add_argument("--policies", default="",
@@ -295,6 +297,7 @@ def main():
         raise SystemExit(f"--port={a.port}: want 1..65534, or 0 for free ports")
     a.out = a.out or os.path.join(a.build, "bench-results")
     a.bench_args = a.bench_args.split()
+    a.server_args = a.server_args.split()
     a.sweep_levels = [int(x) for x in a.sweep.split(",")]
     models_dir = a.models_dir or os.path.join(a.build, "models")
     a.model_path = os.path.join(models_dir, a.model + ".pt")
