@@ -110,7 +110,9 @@ ABSL_FLAG(std::vector<std::string>, allowed_batch_sizes, {},
           "(e.g. 1,2,4,8,16,32); empty: no padding");
 ABSL_FLAG(int64_t, max_queue_size, 1024, "Most rows waiting; beyond it requests get UNAVAILABLE");
 ABSL_FLAG(int, executors, 2,
-          "Executor threads forming batches; with 2, batch N+1 is prepared while N computes");
+          "Executor threads forming batches; with 2, batch N+1 is prepared while N computes. "
+          "On a GPU with more than ~128 requests in flight, 4 (with --device_concurrency=4) "
+          "served ResNet-50 1.25x faster on an H200 but 0.77-0.95x at 64 (README)");
 ABSL_FLAG(int, device_concurrency, 2,
           "Batches handed to the runtime at once. The runtime serialises device work "
           "on its own thread; 2 lets the next batch's host copy overlap the current "
