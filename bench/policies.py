@@ -86,13 +86,14 @@ def open_sweep(a, server, rates, run):
 def median_rounds(rounds):
     """Per level, the round whose throughput is the median of the rounds
     (an odd count: the middle one; even: the lower middle), with every
-    round's throughput kept beside it. Pure: tested by
+    round's throughput and p99 kept beside it. Pure: tested by
     tests/client/bench_run_test.py."""
     out = []
     for level in zip(*rounds):
         ranked = sorted(level, key=lambda r: r["requests_per_s"])
         pick = dict(ranked[(len(ranked) - 1) // 2])
         pick["rounds_requests_per_s"] = [round(r["requests_per_s"], 1) for r in level]
+        pick["rounds_p99_ms"] = [round(r["latency_us"]["p99"] / 1e3, 2) for r in level]
         out.append(pick)
     return out
 

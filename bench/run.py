@@ -213,18 +213,52 @@ def warned(summary, key):
 def transport_floor(a):
     """bench/transport.py's rows for this model's payload: the echo floor, the
     null runner and the model, over TCP and a Unix socket, at the sweep's
-    highest concurrency, unbatched: server CPU per request against gRPC's own."""
+    highest concurrency, unbatched: server CPU per request against gRPC's own.
+    When that concurrency is not 1, also the echo floor and the null runner at
+    concurrency 1 (their p50 is the latency floor the c=1 overhead is read
+    against; see floor_overhead)."""
     import transport  # bench/transport.py
+    top = max(a.sweep_levels)
     t = argparse.Namespace(
         build=a.build, metalserve="", servers="echo,null,model", model=a.model_path,
-        concurrency=max(a.sweep_levels), duration=a.duration, input=a.input,
+        concurrency=top, duration=a.duration, input=a.input,
         max_batch_size=1, max_queue_delay=a.max_queue_delay, threads=a.threads,
+        bench_args=[], server_env=[],
         server_args=[f"--device={a.device}", f"--precision={a.precision}",
                      f"--optimize={a.optimize}"] + (["--channels_last"] if a.channels_last else []))
     sig = os.path.splitext(a.model_path)[0] + ".json"
     rows = transport.payload_rows(t, sig, a.workdir)
-    transport.summary(rows)
+    for r in rows:
+        r["concurrency"] = top
+    if top != 1:
+        t.concurrency, t.servers = 1, "echo,null"
+        c1 = transport.payload_rows(t, sig, a.workdir)
+        for r in c1:
+            r["concurrency"] = 1
+        rows += c1
+    transport.summary([r for r in rows if r["concurrency"] == top])
     return rows
+
+
+# Issue 20's goal for concurrency 1: the served p50 above the raw batch-1
+# forward is at most the transport floor's p50 (the echo server's, same
+# payload and client, TCP) plus this.
+C1_SERVICE_BUDGET_MS = 0.15
+
+
+def floor_overhead(s, transport_rows):
+    """{c1_floor_p50_ms, p50_overhead_over_floor_ms, c1_null_p50_ms} from the
+    echo and null runner's TCP rows at concurrency 1, or {} without them.
+    Pure: tested by tests/client/bench_run_test.py."""
+    by = {r["server"]: r for r in transport_rows or []
+          if r.get("concurrency") == 1 and r["transport"] == "tcp"}
+    if "echo" not in by:
+        return {}
+    out = {"c1_floor_p50_ms": by["echo"]["p50_ms"],
+           "p50_overhead_over_floor_ms": s["p50_overhead_ms"] - by["echo"]["p50_ms"]}
+    if "null" in by:
+        out["c1_null_p50_ms"] = by["null"]["p50_ms"]
+    return out
 
 
 def host_info(a):
@@ -350,6 +384,7 @@ def main():
         u = same_c.get(r["concurrency"])
         if u:
             r["gain_vs_unbatched"] = r["rows_per_s"] / u["rows_per_s"]
+    summary.update(floor_overhead(summary, transport_rows))
     summary["warnings"] = ratio_warnings(summary, served_best, unbatched_best, serial)
     if best_b in a.sweep_levels:
         summary[f"served_c{best_b}_over_raw_b{best_b}"] = (
@@ -402,6 +437,13 @@ def print_table(r):
           f" raw {s['raw_batch1_ms']:.3f} ms")
     for q in ("p50", "p99"):
         print(f"overhead {q}: {s[q + '_overhead_ms']:.3f} ms" + warned(s, q + "_overhead_ms"))
+    if "c1_floor_p50_ms" in s:
+        over = s["p50_overhead_over_floor_ms"]
+        print(f"c=1 p50 overhead {s['p50_overhead_ms']:.3f} ms = transport floor (echo, TCP) "
+              f"{s['c1_floor_p50_ms']:.3f} ms + {over:.3f} ms "
+              f"({'within' if over <= C1_SERVICE_BUDGET_MS else 'above'} the "
+              f"{C1_SERVICE_BUDGET_MS} ms goal); null runner c=1 p50 "
+              f"{s.get('c1_null_p50_ms', float('nan')):.3f} ms")
 
 
 if __name__ == "__main__":

@@ -61,8 +61,29 @@ class RatioWarningsTest(unittest.TestCase):
         self.assertTrue(run.warned(s, "p99_overhead_ms").startswith("   WARNING: "))
 
 
+def trow(server, transport, concurrency, p50_ms):
+    return {"server": server, "transport": transport, "concurrency": concurrency,
+            "p50_ms": p50_ms}
+
+
+class FloorOverheadTest(unittest.TestCase):
+    def test_c1_overhead_is_read_against_the_echo_tcp_p50_at_concurrency_1(self):
+        rows = [trow("echo", "tcp", 512, 9.0), trow("echo", "uds", 1, 0.2),
+                trow("echo", "tcp", 1, 0.4), trow("null", "tcp", 1, 0.5),
+                trow("model", "tcp", 512, 30.0)]
+        got = run.floor_overhead(summary(p50=0.65), rows)
+        self.assertAlmostEqual(got["c1_floor_p50_ms"], 0.4)
+        self.assertAlmostEqual(got["p50_overhead_over_floor_ms"], 0.25)
+        self.assertAlmostEqual(got["c1_null_p50_ms"], 0.5)
+
+    def test_no_c1_echo_row_gives_nothing(self):
+        self.assertEqual(run.floor_overhead(summary(), None), {})
+        self.assertEqual(run.floor_overhead(summary(), [trow("echo", "tcp", 64, 1.0)]), {})
+
+
 def point(c, rps, p50_us):
-    return {"concurrency": c, "requests_per_s": rps, "latency_us": {"p50": p50_us}}
+    return {"concurrency": c, "requests_per_s": rps,
+            "latency_us": {"p50": p50_us, "p99": p50_us}}
 
 
 class PoliciesTest(unittest.TestCase):
@@ -95,6 +116,7 @@ class PoliciesTest(unittest.TestCase):
         self.assertEqual([r["requests_per_s"] for r in got], [700, 2000])
         self.assertEqual(got[0]["latency_us"]["p50"], 7000)
         self.assertEqual(got[1]["rounds_requests_per_s"], [1000, 3000, 2000])
+        self.assertEqual(got[1]["rounds_p99_ms"], [9.0, 3.0, 4.0])
 
 
 if __name__ == "__main__":
