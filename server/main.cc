@@ -111,8 +111,13 @@ ABSL_FLAG(std::vector<std::string>, allowed_batch_sizes, {},
 ABSL_FLAG(int64_t, max_queue_size, 1024, "Most rows waiting; beyond it requests get UNAVAILABLE");
 ABSL_FLAG(int, executors, 2,
           "Executor threads forming batches; with 2, batch N+1 is prepared while N computes. "
-          "On a GPU with more than ~128 requests in flight, 4 (with --device_concurrency=4) "
-          "served ResNet-50 1.25x faster on an H200 but 0.77-0.95x at 64 (README)");
+          "0: follow the device (4 executors and 4 device slots on CUDA, else 2). "
+          "On an H200, 4 served ResNet-50 1.27x faster at 256 clients but 0.76-0.96x at 64 "
+          "without --rows_per_slot (docs/operations.md)");
+ABSL_FLAG(int64_t, rows_per_slot, 32,
+          "With more than 2 --executors, a further batch is formed only while the requests "
+          "waiting and running give each batch in flight at least this many rows "
+          "(0: off, every free executor forms a batch)");
 ABSL_FLAG(int, device_concurrency, 2,
           "Batches handed to the runtime at once. The runtime serialises device work "
           "on its own thread; 2 lets the next batch's host copy overlap the current "
@@ -341,7 +346,11 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   so.batching.allowed_batch_sizes = ParseSizes(absl::GetFlag(FLAGS_allowed_batch_sizes));
   so.batching.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
   SchedulingFromFlags(&so.batching);
-  so.batching.num_executors = absl::GetFlag(FLAGS_executors);
+  // --executors=0: the slot count follows the device (ServerOptions::cuda_slots).
+  const int executors = absl::GetFlag(FLAGS_executors);
+  so.batching.num_executors = executors == 0 ? 2 : executors;
+  so.cuda_slots = executors == 0 ? 4 : 0;
+  so.batching.rows_per_slot = absl::GetFlag(FLAGS_rows_per_slot);
   so.device_concurrency = absl::GetFlag(FLAGS_device_concurrency);
   so.version = version;
   so.tls_cert_path = absl::GetFlag(FLAGS_tls_cert);
@@ -412,6 +421,7 @@ std::unique_ptr<metalserve::RepositoryServing> RepositoryOrExit(
   o.on_unload = [metrics](const std::string& m, bool ok) { metrics->ModelUnloadFinished(m, ok); };
   metalserve::ModelServableFactory::Options f{.batching = so.batching,
                                               .device_concurrency = so.device_concurrency,
+                                              .cuda_slots = so.cuda_slots,
                                               .metrics = metrics};
   auto r = OrDie(metalserve::StartRepository(o, std::move(f), ro,
                                              absl::GetFlag(FLAGS_device_memory_budget)),

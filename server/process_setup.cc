@@ -73,6 +73,8 @@ void LogStart(const std::string& version, const RuntimeOptions& ro, const Server
             << absl::FormatDuration(so.batching.priority_active_window)
             << " latency_target=" << absl::FormatDuration(so.batching.latency_target)
             << " executors=" << so.batching.num_executors
+            << (so.cuda_slots > 0 ? absl::StrCat(" (", so.cuda_slots, " on CUDA)") : "")
+            << " rows_per_slot=" << so.batching.rows_per_slot
             << " address=" << so.address << " http_address=" << so.http.address
             << " metrics_address=" << mo.listen_address
             << " access_log=" << access_log;

@@ -383,6 +383,13 @@ std::optional<CloseReason> BatchQueue::Consider(size_t head, absl::Time now, boo
   return PartialClose(c->rows, now, expiry, wake_at);
 }
 
+BatchQueue::PollResult BatchQueue::PollDeadOnly(absl::Time now) {
+  PollResult result;
+  RemoveDead(now, &result);
+  for (const auto& t : tasks_) result.wake_at = std::min(result.wake_at, t->EffectiveDeadline());
+  return result;
+}
+
 BatchQueue::PollResult BatchQueue::Poll(absl::Time now, bool draining) {
   PollResult result;
   RemoveDead(now, &result);

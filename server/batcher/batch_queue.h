@@ -191,6 +191,20 @@ struct BatcherOptions {
   int64_t max_queue_size = 1024;
   // Executor threads forming and processing batches. Default 1.
   int num_executors = 1;
+  // Batches in flight follow the load (see InFlightLimit): with more than
+  // two executors, a further batch is formed only while the rows in the
+  // server (waiting, and in the batches being run) give each batch then in
+  // flight at least this many. 0: off, every free executor forms a batch.
+  // >= 0.
+  //
+  // Why: under a closed-loop load of P requests, B batches in flight hold
+  // at most P / B rows each. Measured on the H200 (ResNet-50 fp32, adaptive,
+  // 2026-12-03, bench/results/h200-2026-12-03-executors-delay5-log.txt):
+  // four executors and device slots served 1.27-1.29x two at 256 clients
+  // (batches of ~52 rows overlapping their host work with the device) but
+  // 0.76-0.96x at 64 clients, where four batches split 64 requests into
+  // batches of 13-16 rows (two: 23), whatever the delay bound (2 or 5 ms).
+  int64_t rows_per_slot = 0;
   // Priority levels, 1 = highest. Default 1 (no priorities).
   int priority_levels = 1;
   // Level of a request that asks for none; 0: the lowest (priority_levels).
@@ -245,6 +259,12 @@ struct BatcherOptions {
   }
   // Rows a batch of `rows` is padded to.
   int64_t PaddedRows(int64_t rows) const;
+  // Most batches in flight (handed to the processor) while `rows_in_server`
+  // rows wait or run: num_executors when rows_per_slot is 0, otherwise
+  // ceil(rows_in_server / rows_per_slot) clamped to [min(2, num_executors),
+  // num_executors] (two keep batch N+1's host work overlapping batch N's
+  // compute at any load, as they did before the limit existed).
+  int InFlightLimit(int64_t rows_in_server) const;
 };
 
 class BatchQueue {
@@ -285,6 +305,14 @@ class BatchQueue {
     absl::Time wake_at = absl::InfiniteFuture();
   };
   PollResult Poll(absl::Time now, bool draining);
+  // Poll for an executor that may not form a batch now (the in-flight
+  // limit): only the expired and cancelled tasks, and wake_at at the
+  // earliest deadline still waiting.
+  PollResult PollDeadOnly(absl::Time now);
+  // Rows in the batches handed to the processor and not back yet (the
+  // batcher's count): with the queue's own rows they set how many executors
+  // the latency target's estimate shares the work ahead among.
+  void SetRowsInFlight(int64_t rows) { rows_in_flight_ = rows; }
 
   // Cost curve inputs (ignored when none is kept): when the forwards handed
   // to the device are expected to be done, and the measured device time of
@@ -389,6 +417,8 @@ class BatchQueue {
   std::optional<AdaptivePolicy> adaptive_;
   std::deque<std::unique_ptr<BatchTask>> tasks_;
   int64_t queued_rows_ = 0;
+  int64_t rows_in_flight_ = 0;  // SetRowsInFlight
+  int ExecutorsInUse() const { return options_.InFlightLimit(queued_rows_ + rows_in_flight_); }
   std::vector<int64_t> level_rows_;  // by level - 1
   // Batches formed in a row while an older lower-level task waited.
   int passed_over_ = 0;

@@ -85,8 +85,10 @@ BatchQueue::BatchPlan BatchQueue::PlanThrough(int level, int64_t rows, absl::Tim
 absl::Duration BatchQueue::EstimateCompletion(const BatchPlan& plan, absl::Time now) const {
   const absl::Duration busy = std::max(adaptive_->device_free_at() - now, absl::ZeroDuration());
   // Executors run batches side by side: the work before the request's own
-  // batch is shared among them, then its batch takes its whole cost.
-  const int executors = options_.num_executors;
+  // batch is shared among as many as the in-flight limit lets run for the
+  // rows in the server (all of them when rows_per_slot is 0), then its batch
+  // takes its whole cost.
+  const int executors = ExecutorsInUse();
   const absl::Duration spread =
       (busy + plan.cost_before) / executors + adaptive_->CostOf(plan.own_rows);
   // The device runs one forward at a time, whatever the executors do.
@@ -115,7 +117,7 @@ absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Ti
       ", ", ahead, " rows queued ahead at priority <= ", task.priority_level, " in ",
       plan.batches_before, " batch(es) before its own of ", plan.own_rows,
       " rows, its level's batches of up to ", cap, " rows at ",
-      absl::FormatDuration(adaptive_->CostOf(cap)), " on ", options_.num_executors,
+      absl::FormatDuration(adaptive_->CostOf(cap)), " on ", ExecutorsInUse(),
       " executor(s)), after its deadline in ", absl::FormatDuration(deadline - now),
       " (latency_target ", absl::FormatDuration(options_.latency_target), ")"));
 }

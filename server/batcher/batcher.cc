@@ -102,14 +102,26 @@ void Batcher::ExecutorLoop() {
   mu_.Lock();
   while (true) {
     const absl::Time now = clock_->TimeNow();
-    BatchQueue::PollResult r = queue_.Poll(now, stopping_);
+    // Held back by the in-flight limit (BatcherOptions::rows_per_slot): only
+    // the dead leave the queue; a batch coming back or a new arrival
+    // (generation_) lets this executor look again.
+    const bool held =
+        !stopping_ && batches_in_processor_ >=
+                          options_.InFlightLimit(queue_.queued_rows() + rows_in_processor_);
+    BatchQueue::PollResult r = held ? queue_.PollDeadOnly(now) : queue_.Poll(now, stopping_);
     queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
     const bool have_work =
         r.batch.has_value() || !r.expired.empty() || !r.cancelled.empty();
     if (have_work) {
       const bool ran = r.batch.has_value();
       const int64_t padded = ran ? r.batch->padded_rows : 0;
+      const int64_t rows = ran ? r.batch->rows : 0;
       const absl::Duration cost = ran ? BatchStarted(padded, now) : absl::ZeroDuration();
+      if (ran) {
+        ++batches_in_processor_;
+        rows_in_processor_ += rows;
+        queue_.SetRowsInFlight(rows_in_processor_);
+      }
       mu_.Unlock();
       ReportDepth();  // every removal: batch, expiry, cancellation, drain
       AbortAll(r.expired,
@@ -121,7 +133,13 @@ void Batcher::ExecutorLoop() {
       if (r.batch.has_value()) process_(std::move(*r.batch));
       next_idle_call = absl::InfinitePast();
       mu_.Lock();
-      if (ran) BatchDone(padded, cost, now, clock_->TimeNow());
+      if (ran) {
+        BatchDone(padded, cost, now, clock_->TimeNow());
+        --batches_in_processor_;
+        rows_in_processor_ -= rows;
+        queue_.SetRowsInFlight(rows_in_processor_);
+        ++generation_;  // an executor held back by the in-flight limit may go
+      }
       continue;
     }
     if (stopping_ && queue_.empty()) break;

@@ -12,7 +12,10 @@
 //    arrives, the oldest task's delay expires or a deadline passes.
 //  * With more than one executor, batch N+1 is formed and its input prepared
 //    while batch N computes (pipelining); the processor bounds concurrent
-//    device work itself.
+//    device work itself. With rows_per_slot set, a free executor forms a
+//    batch only while the batches in the processor are fewer than
+//    BatcherOptions::InFlightLimit of the rows waiting and running; held
+//    back, it still aborts expired and cancelled tasks.
 //  * Under the adaptive policy the batcher tells the queue when the batches
 //    it handed out are expected to be done (from the device-time curve), the
 //    processor reports how long each occupied the device
@@ -124,6 +127,10 @@ class Batcher {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> queued_rows_{0};
   DeviceLoad device_load_ ABSL_GUARDED_BY(mu_);  // batches in the processor
+  // Batches handed to the processor and not back yet, and their rows (for
+  // BatcherOptions::InFlightLimit).
+  int batches_in_processor_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t rows_in_processor_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::vector<std::thread> executors_;
   absl::Mutex shutdown_mu_;

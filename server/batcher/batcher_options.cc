@@ -135,6 +135,10 @@ absl::Status BatcherOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("num_executors must be >= 1, got ", num_executors));
   }
+  if (rows_per_slot < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows_per_slot must be >= 0 (0: off), got ", rows_per_slot));
+  }
   if (!allowed_batch_sizes.empty()) {
     for (size_t i = 0; i < allowed_batch_sizes.size(); ++i) {
       if (allowed_batch_sizes[i] < 1 ||
@@ -151,6 +155,13 @@ absl::Status BatcherOptions::Validate() const {
     }
   }
   return absl::OkStatus();
+}
+
+int BatcherOptions::InFlightLimit(int64_t rows_in_server) const {
+  if (rows_per_slot <= 0) return num_executors;
+  const int64_t wanted = (std::max<int64_t>(rows_in_server, 0) + rows_per_slot - 1) / rows_per_slot;
+  const int64_t floor = std::min(2, num_executors);
+  return static_cast<int>(std::clamp<int64_t>(wanted, floor, num_executors));
 }
 
 int64_t BatcherOptions::PaddedRows(int64_t rows) const {

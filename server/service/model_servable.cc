@@ -4,7 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "server/service/batch_executor.h"
 
 namespace metalserve {
@@ -31,8 +33,14 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
       model_metrics->SetDeviceForward(t.device, t.batch_size, t.forward);
     }
   }
-  s->executor_ = std::make_unique<BatchExecutor>(r, options.batching,
-                                                 options.device_concurrency, model_metrics,
+  BatcherOptions batching = options.batching;
+  s->device_slots_ = options.device_concurrency;
+  if (options.cuda_slots > 0 && absl::StartsWith(r->info().device, "cuda")) {
+    batching.num_executors = s->device_slots_ = options.cuda_slots;
+    LOG(INFO) << r->info().name << " v" << r->info().version << " on " << r->info().device
+              << ": " << options.cuda_slots << " executors and device slots (--executors=0)";
+  }
+  s->executor_ = std::make_unique<BatchExecutor>(r, batching, s->device_slots_, model_metrics,
                                                  clock);
   ModelServable* self = s.get();
   // The memory figures of each of the runner's devices (its idle loop and,
@@ -82,7 +90,6 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
     r->BetweenBatches(/*idle=*/true);
     report_memory();
   };
-  BatcherOptions batching = options.batching;
   if (batching.batch_costs.empty()) {  // seed the cost curve from the warm-up
     for (const WarmupTiming& w : r->info().warmup_timings) {
       batching.batch_costs.push_back({w.batch_size, w.forward});

@@ -47,6 +47,11 @@ class ModelServable final : public Servable {
     BatcherOptions batching;
     // Batches handed to the runner at once (ServerOptions::device_concurrency).
     int device_concurrency = 1;
+    // > 0: on a runner whose device is CUDA, batching.num_executors and
+    // device_concurrency both become this (metalserve's --executors=0, the
+    // slot count following the device; see ServerOptions::cuda_slots).
+    // 0: the two as given on every device.
+    int cuda_slots = 0;
     // May be null. Not owned; must outlive the servable. The servable's
     // series (Metrics::ForModel) are created here, labelled with the
     // runner's model name and version, and removed when it is destroyed.
@@ -65,6 +70,8 @@ class ModelServable final : public Servable {
   ModelServable& operator=(const ModelServable&) = delete;
 
   const ModelInfo& info() const { return runner_->info(); }
+  // Batches handed to the runner at once, as resolved for its device.
+  int device_slots() const { return device_slots_; }
   Batcher& batcher() { return *batcher_; }
   const Batcher& batcher() const { return *batcher_; }
   KServeStatistics& kserve_statistics() { return stats_; }
@@ -93,6 +100,7 @@ class ModelServable final : public Servable {
   std::atomic<int64_t> next_busy_memory_report_ns_{0};
   std::shared_ptr<Runner> runner_;
   KServeStatistics stats_;
+  int device_slots_ = 1;
   std::unique_ptr<BatchExecutor> executor_;  // uses runner_
   std::unique_ptr<Batcher> batcher_;         // feeds executor_; destroyed first
 };

@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServableFactory::LoadServabl
             << batching.max_batch_size;
   ModelServable::Options mo{.batching = std::move(batching),
                             .device_concurrency = options_.device_concurrency,
+                            .cuda_slots = options_.cuda_slots,
                             .metrics = options_.metrics, .clock = options_.clock};
   return ModelServable::Create(std::shared_ptr<Runner>(std::move(runner)), mo);
 }

@@ -84,6 +84,7 @@ class ModelServableFactory final : public ServableFactory {
   struct Options {
     BatcherOptions batching;  // the flags' defaults
     int device_concurrency = 1;
+    int cuda_slots = 0;  // ModelServable::Options::cuda_slots
     Metrics* metrics = nullptr;  // may be null; not owned
     Clock* clock = nullptr;      // null: the real clock; not owned
     RunnerMaker make_runner;     // required

@@ -148,6 +148,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   RETURN_IF_ERROR(options.Validate());
   ModelServable::Options mo{.batching = options.batching,
                             .device_concurrency = options.device_concurrency,
+                            .cuda_slots = options.cuda_slots,
                             .metrics = metrics, .clock = clock};
   // Not owned: the caller's runner outlives the server.
   std::shared_ptr<Runner> shared(runner, [](Runner*) {});

@@ -69,6 +69,10 @@ struct ServerOptions {
   // work on its own thread, so 2 lets the next batch's host copy overlap the
   // current compute. Default 1 (metalserve's flag defaults to 2).
   int device_concurrency = 1;
+  // > 0: a model whose runner is on CUDA gets this many executors and device
+  // slots instead of batching.num_executors and device_concurrency
+  // (ModelServable::Options::cuda_slots; metalserve's --executors=0).
+  int cuda_slots = 0;
   std::string version = "0.0.0";
   // TLS: PEM files. Empty cert/key: plaintext. A client CA turns on mutual
   // TLS (clients must present a certificate signed by it).

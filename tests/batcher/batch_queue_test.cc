@@ -205,5 +205,38 @@ TEST(BatcherOptionsTest, RejectsAllowedSizesNotEndingAtMax) {
   EXPECT_THAT(o.Validate(), IsOk());
 }
 
+TEST(BatcherOptionsTest, InFlightLimitGivesEachBatchRowsPerSlotBetweenTwoAndTheExecutors) {
+  BatcherOptions o = Opts(16, absl::Milliseconds(2));
+  o.num_executors = 4;
+  EXPECT_EQ(o.InFlightLimit(1000), 4);  // off: every executor
+  o.rows_per_slot = 32;
+  EXPECT_EQ(o.InFlightLimit(0), 2);
+  EXPECT_EQ(o.InFlightLimit(64), 2);  // 64 clients: two batches of 32
+  EXPECT_EQ(o.InFlightLimit(65), 3);
+  EXPECT_EQ(o.InFlightLimit(96), 3);
+  EXPECT_EQ(o.InFlightLimit(128), 4);
+  EXPECT_EQ(o.InFlightLimit(256), 4);  // never above the executors
+  o.num_executors = 1;
+  EXPECT_EQ(o.InFlightLimit(0), 1);  // never above the executors either
+  EXPECT_THAT(o.Validate(), IsOk());
+  o.rows_per_slot = -1;
+  EXPECT_THAT(o.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("rows_per_slot must be >= 0 (0: off), got -1")));
+}
+
+TEST(BatchQueueTest, PollDeadOnlyTakesTheExpiredAndFormsNoBatch) {
+  BatchQueue q(Opts(2, absl::Milliseconds(1)));
+  Admit(q, MakeTask(2), kT0);  // a full batch: Poll would send it
+  Admit(q, MakeTask(1, "f32[3]", kT0 + absl::Milliseconds(5)), kT0);
+  auto r = q.PollDeadOnly(kT0 + absl::Milliseconds(1));
+  EXPECT_FALSE(r.batch.has_value());
+  EXPECT_TRUE(r.expired.empty());
+  EXPECT_EQ(r.wake_at, kT0 + absl::Milliseconds(5));  // the earliest deadline
+  r = q.PollDeadOnly(kT0 + absl::Milliseconds(5));
+  EXPECT_EQ(r.expired.size(), 1u);
+  EXPECT_FALSE(r.batch.has_value());
+  EXPECT_EQ(q.queued_rows(), 2);
+}
+
 }  // namespace
 }  // namespace metalserve

@@ -276,5 +276,107 @@ TEST(BatcherTest, ExactlyOnceDeliveryUnderConcurrentProducers) {
   EXPECT_EQ(batcher->queued_rows(), 0);
 }
 
+// Holds every batch it is handed until Release(); counts them.
+class GatedProcessor {
+ public:
+  Batcher::ProcessFn Fn() {
+    return [this](Batch batch) {
+      absl::MutexLock l(&mu_);
+      ++entered_;
+      mu_.Await(absl::Condition(&released_));
+      for (auto& t : batch.tasks) static_cast<FakeTask&>(*t).outcome().MarkRun();
+    };
+  }
+  void Release() {
+    absl::MutexLock l(&mu_);
+    released_ = true;
+  }
+  int entered() {
+    absl::MutexLock l(&mu_);
+    return entered_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int entered_ ABSL_GUARDED_BY(mu_) = 0;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Waits (in real time, bounded) until `done` holds: for a state the
+// executors reach on their own, never as a measurement.
+template <typename F>
+bool Eventually(F done) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (!done()) {
+    if (absl::Now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(BatcherTest, InFlightLimitHoldsExecutorsUntilTheRowsGiveEachBatchItsShare) {
+  SimulatedClock clock;
+  GatedProcessor proc;
+  BatcherOptions o = Opts(4, absl::Hours(1), /*executors=*/4);
+  o.rows_per_slot = 8;
+  auto batcher = *Batcher::Create(o, &clock, proc.Fn());
+  std::vector<std::shared_ptr<TaskOutcome>> outcomes;
+  auto submit = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      outcomes.push_back(std::make_shared<TaskOutcome>());
+      auto t = MakeTask(1, "k", absl::InfiniteFuture(), outcomes.back());
+      ASSERT_THAT(batcher->Submit(&t), IsOk());
+    }
+  };
+  // 16 rows in the server, 8 per slot: two batches in flight, although four
+  // full batches wait and four executors are free.
+  submit(16);
+  ASSERT_TRUE(Eventually([&] { return proc.entered() >= 2; }));
+  // A new simulated time counts only the executors that wait having seen
+  // every submission: the two held back (without the limit all four would
+  // be in the processor and none would wait).
+  clock.AdvanceTime(absl::Nanoseconds(1));
+  ASSERT_TRUE(Eventually([&] { return clock.waiters() >= 2 || proc.entered() > 2; }));
+  EXPECT_EQ(proc.entered(), 2);
+  EXPECT_EQ(batcher->queued_rows(), 8);
+  // 32 rows: four.
+  submit(16);
+  ASSERT_TRUE(Eventually([&] { return proc.entered() == 4; }));
+  EXPECT_EQ(batcher->queued_rows(), 16);
+  proc.Release();
+  for (auto& out : outcomes) out->answered.WaitForNotification();
+  for (auto& out : outcomes) EXPECT_EQ(out->runs.load(), 1);
+  EXPECT_EQ(batcher->queued_rows(), 0);
+}
+
+TEST(BatcherTest, ExecutorHeldByTheInFlightLimitStillExpiresDeadlines) {
+  SimulatedClock clock;
+  GatedProcessor proc;
+  BatcherOptions o = Opts(1, absl::Hours(1), /*executors=*/3);
+  o.rows_per_slot = 8;
+  auto batcher = *Batcher::Create(o, &clock, proc.Fn());
+  std::vector<std::shared_ptr<TaskOutcome>> running;
+  for (int i = 0; i < 2; ++i) {
+    running.push_back(std::make_shared<TaskOutcome>());
+    auto t = MakeTask(1, "k", absl::InfiniteFuture(), running.back());
+    ASSERT_THAT(batcher->Submit(&t), IsOk());
+  }
+  ASSERT_TRUE(Eventually([&] { return proc.entered() == 2; }));
+  auto late = std::make_shared<TaskOutcome>();
+  auto t = MakeTask(1, "k", clock.TimeNow() + absl::Milliseconds(3), late);
+  ASSERT_THAT(batcher->Submit(&t), IsOk());
+  // The third executor is held back (3 rows: 2 slots), yet the deadline is
+  // enforced (without the limit it would run the task: a third batch).
+  clock.AdvanceTime(absl::Nanoseconds(1));
+  ASSERT_TRUE(Eventually([&] { return clock.waiters() >= 1 || proc.entered() > 2; }));
+  EXPECT_EQ(proc.entered(), 2);
+  clock.AdvanceTime(absl::Milliseconds(3) - absl::Nanoseconds(1));
+  ASSERT_TRUE(Eventually([&] { return late->answered.HasBeenNotified(); }));
+  EXPECT_THAT(late->abort_status, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(late->runs.load(), 0);
+  proc.Release();
+  for (auto& out : running) out->answered.WaitForNotification();
+}
+
 }  // namespace
 }  // namespace metalserve

@@ -118,6 +118,28 @@ TEST(LatencyTargetTest, WorkAheadIsSharedAmongTheExecutors) {
                              HasSubstr("device busy 4ms"), HasSubstr("on 2 executor(s)"))));
 }
 
+TEST(LatencyTargetTest, WorkAheadIsSharedAmongTheBatchesTheInFlightLimitLetsRun) {
+  BatcherOptions o = FastTwoExecutors();
+  o.num_executors = 4;
+  o.rows_per_slot = 256;
+  BatchQueue q(o);
+  q.ObserveOccupancy(1, absl::Microseconds(410));
+  q.ObserveOccupancy(32, absl::Microseconds(720));
+  for (int i = 0; i < 8; ++i) Admit(q, 32, kT0);
+  q.SetDeviceFreeAt(kT0 + 4 * kMs);
+  // 256 rows in the server, 256 per slot: two of the four executors run,
+  // (4 + 5.76) / 2 + 0.41 = 5.29 ms (four would give 2.85 ms).
+  std::unique_ptr<BatchTask> late = MakeTask(1);
+  EXPECT_THAT(q.Admit(&late, kT0),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("estimated to finish in 5.29ms"),
+                             HasSubstr("on 2 executor(s)"))));
+  // 768 more rows running: all four.
+  q.SetRowsInFlight(768);
+  std::unique_ptr<BatchTask> now_fits = MakeTask(1);
+  EXPECT_THAT(q.Admit(&now_fits, kT0), IsOk());
+}
+
 TEST(LatencyTargetTest, TheDeviceStillRunsOneForwardAtATime) {
   // A slow model (5 ms per batch of 8 on the device): two executors do not
   // halve the device's work, so the estimate stays the serial one.

@@ -6,6 +6,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -17,6 +18,7 @@
 #include "server/repository/model_manager.h"
 #include "server/runtime/hybrid_runner.h"
 #include "server/service/model_lookup.h"
+#include "server/service/model_servable.h"
 #include "server/service/servable_factory.h"
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
@@ -305,6 +307,32 @@ TEST(MemoryBudgetFactoryTest, AcceleratorLoadCountsTheDeviceMemoryTheRunnerMeasu
   ASSERT_TRUE(estimated.ok()) << estimated.status();
   EXPECT_GT(budget->Used("cuda"), 0);
   EXPECT_LT(budget->Used("cuda"), 300 * kMiB);
+}
+
+TEST(SlotsFollowTheDeviceTest, ACudaRunnerGetsTheCudaSlotsAndAnyOtherDeviceTheFlags) {
+  for (const auto& [device, executors, slots] :
+       std::vector<std::tuple<std::string, int, int>>{{"cuda:0", 4, 4}, {"cpu", 2, 2},
+                                                      {"mps", 2, 2}}) {
+    auto runner = std::make_shared<FakeRunner>();
+    runner->mutable_info().device = device;
+    ModelServable::Options o;
+    o.batching.num_executors = 2;
+    o.device_concurrency = 2;
+    o.cuda_slots = 4;
+    auto s = ModelServable::Create(runner, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ((*s)->batcher().options().num_executors, executors) << device;
+    EXPECT_EQ((*s)->device_slots(), slots) << device;
+  }
+  // Off (an explicit --executors): the flags on CUDA too.
+  auto runner = std::make_shared<FakeRunner>();
+  runner->mutable_info().device = "cuda:0";
+  ModelServable::Options o;
+  o.batching.num_executors = 2;
+  o.device_concurrency = 2;
+  auto s = *ModelServable::Create(runner, o);
+  EXPECT_EQ(s->batcher().options().num_executors, 2);
+  EXPECT_EQ(s->device_slots(), 2);
 }
 
 TEST(BatchingForTest, ModelSettingsOverrideTheFlagsAndKeepTheRest) {
