@@ -223,7 +223,7 @@ TEST(BatcherTest, ShutdownDrainsAcceptedTasksAndRefusesNewOnes) {
 
 // Many producers, random sizes, some deadlines and cancellations: every task
 // is answered exactly once, and no batch exceeds the limit or mixes keys.
-TEST(BatcherTest, ExactlyOnceDeliveryUnderConcurrentProducers) {
+void ExpectExactlyOnceUnderConcurrentProducers(int executors, int64_t rows_per_slot) {
   constexpr int kProducers = 8;
   constexpr int kPerProducer = 400;
   std::atomic<int> max_rows_seen{0};
@@ -239,8 +239,9 @@ TEST(BatcherTest, ExactlyOnceDeliveryUnderConcurrentProducers) {
     while (rows > prev && !max_rows_seen.compare_exchange_weak(prev, rows)) {
     }
   };
-  BatcherOptions o = Opts(8, absl::Microseconds(200), /*executors=*/2);
+  BatcherOptions o = Opts(8, absl::Microseconds(200), executors);
   o.max_queue_size = 64;
+  o.rows_per_slot = rows_per_slot;
   auto batcher = *Batcher::Create(o, Clock::RealClock(), process);
 
   std::vector<std::shared_ptr<TaskOutcome>> outcomes(kProducers * kPerProducer);
@@ -274,6 +275,16 @@ TEST(BatcherTest, ExactlyOnceDeliveryUnderConcurrentProducers) {
   EXPECT_LE(max_rows_seen.load(), 8);
   EXPECT_EQ(mixed.load(), 0);
   EXPECT_EQ(batcher->queued_rows(), 0);
+}
+
+TEST(BatcherTest, ExactlyOnceDeliveryUnderConcurrentProducers) {
+  ExpectExactlyOnceUnderConcurrentProducers(/*executors=*/2, /*rows_per_slot=*/0);
+}
+
+TEST(BatcherTest, ExactlyOnceDeliveryWithExecutorsHeldByTheInFlightLimit) {
+  // Four executors, a third and fourth batch only with 8+ rows per batch in
+  // the server: executors are held and let go all the time.
+  ExpectExactlyOnceUnderConcurrentProducers(/*executors=*/4, /*rows_per_slot=*/8);
 }
 
 // Holds every batch it is handed until Release(); counts them.
