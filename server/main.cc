@@ -109,11 +109,11 @@ ABSL_FLAG(std::vector<std::string>, allowed_batch_sizes, {},
           "Batch sizes batches are padded to, ascending, last = max_batch_size "
           "(e.g. 1,2,4,8,16,32); empty: no padding");
 ABSL_FLAG(int64_t, max_queue_size, 1024, "Most rows waiting; beyond it requests get UNAVAILABLE");
-ABSL_FLAG(int, executors, 2,
+ABSL_FLAG(int, executors, 0,
           "Executor threads forming batches; with 2, batch N+1 is prepared while N computes. "
-          "0: follow the device (4 executors and 4 device slots on CUDA, else 2). "
-          "On an H200, 4 served ResNet-50 1.27x faster at 256 clients but 0.76-0.96x at 64 "
-          "without --rows_per_slot (docs/operations.md)");
+          "0 (default): follow the device, 4 executors and 4 device slots for a model on "
+          "CUDA (with --rows_per_slot: 1.21-1.23x 2 at 256 clients on an H200, 0.95-0.99x "
+          "at 64), 2 elsewhere (docs/operations.md)");
 ABSL_FLAG(int64_t, rows_per_slot, 32,
           "With more than 2 --executors, a further batch is formed only while the requests "
           "waiting and running give each batch in flight at least this many rows "
