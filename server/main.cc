@@ -121,7 +121,8 @@ ABSL_FLAG(int64_t, rows_per_slot, 32,
 ABSL_FLAG(int, device_concurrency, 2,
           "Batches handed to the runtime at once. The runtime serialises device work "
           "on its own thread; 2 lets the next batch's host copy overlap the current "
-          "batch's compute");
+          "batch's compute. With --executors=0 a model on CUDA gets 4 whatever this says "
+          "(set --executors to choose)");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC message in bytes (default 64 MiB: about 100 fp32 3x224x224 images)");
 ABSL_FLAG(bool, accept_compression, false,

@@ -356,7 +356,8 @@ class BatchQueue {
   // Under a latency target: how long until `plan`'s request is done: the
   // work in flight and the batches ahead spread over the executors, but
   // never less than the device's forwards one after another.
-  absl::Duration EstimateCompletion(const BatchPlan& plan, absl::Time now) const;
+  // `executors`: how many share the work ahead (ExecutorsInUse).
+  absl::Duration EstimateCompletion(const BatchPlan& plan, int executors, absl::Time now) const;
   // Checks the level's own bound and sets the task's level fields.
   absl::Status AdmitAtLevel(BatchTask* task, absl::Time now);
   // Index in tasks_ of the task that heads the next batch.
@@ -418,7 +419,10 @@ class BatchQueue {
   std::deque<std::unique_ptr<BatchTask>> tasks_;
   int64_t queued_rows_ = 0;
   int64_t rows_in_flight_ = 0;  // SetRowsInFlight
-  int ExecutorsInUse() const { return options_.InFlightLimit(queued_rows_ + rows_in_flight_); }
+  // Executors the in-flight limit lets run with `extra` more rows queued.
+  int ExecutorsInUse(int64_t extra) const {
+    return options_.InFlightLimit(queued_rows_ + rows_in_flight_ + extra);
+  }
   std::vector<int64_t> level_rows_;  // by level - 1
   // Batches formed in a row while an older lower-level task waited.
   int passed_over_ = 0;

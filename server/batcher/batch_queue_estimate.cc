@@ -82,13 +82,13 @@ BatchQueue::BatchPlan BatchQueue::PlanThrough(int level, int64_t rows, absl::Tim
   return plan;
 }
 
-absl::Duration BatchQueue::EstimateCompletion(const BatchPlan& plan, absl::Time now) const {
+absl::Duration BatchQueue::EstimateCompletion(const BatchPlan& plan, int executors,
+                                              absl::Time now) const {
   const absl::Duration busy = std::max(adaptive_->device_free_at() - now, absl::ZeroDuration());
   // Executors run batches side by side: the work before the request's own
   // batch is shared among as many as the in-flight limit lets run for the
   // rows in the server (all of them when rows_per_slot is 0), then its batch
   // takes its whole cost.
-  const int executors = ExecutorsInUse();
   const absl::Duration spread =
       (busy + plan.cost_before) / executors + adaptive_->CostOf(plan.own_rows);
   // The device runs one forward at a time, whatever the executors do.
@@ -102,7 +102,9 @@ absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Ti
   int64_t ahead = 0;
   for (int l = 1; l <= task.priority_level; ++l) ahead += level_rows_[l - 1];
   const BatchPlan plan = PlanThrough(task.priority_level, task.rows(), now);
-  const absl::Duration estimate = EstimateCompletion(plan, now);
+  // The request's own rows count: once queued they may let one more run.
+  const int executors = ExecutorsInUse(task.rows());
+  const absl::Duration estimate = EstimateCompletion(plan, executors, now);
   // With nothing queued ahead, only the caller's deadline refuses: the
   // estimate is then the cost curve's alone, and running the request is
   // what corrects a curve that one slow batch inflated (before this, an
@@ -117,7 +119,7 @@ absl::Status BatchQueue::CheckCompletionEstimate(const BatchTask& task, absl::Ti
       ", ", ahead, " rows queued ahead at priority <= ", task.priority_level, " in ",
       plan.batches_before, " batch(es) before its own of ", plan.own_rows,
       " rows, its level's batches of up to ", cap, " rows at ",
-      absl::FormatDuration(adaptive_->CostOf(cap)), " on ", ExecutorsInUse(),
+      absl::FormatDuration(adaptive_->CostOf(cap)), " on ", executors,
       " executor(s)), after its deadline in ", absl::FormatDuration(deadline - now),
       " (latency_target ", absl::FormatDuration(options_.latency_target), ")"));
 }

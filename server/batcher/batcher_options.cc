@@ -159,7 +159,8 @@ absl::Status BatcherOptions::Validate() const {
 
 int BatcherOptions::InFlightLimit(int64_t rows_in_server) const {
   if (rows_per_slot <= 0) return num_executors;
-  const int64_t wanted = (std::max<int64_t>(rows_in_server, 0) + rows_per_slot - 1) / rows_per_slot;
+  const int64_t rows = std::max<int64_t>(rows_in_server, 0);
+  const int64_t wanted = rows / rows_per_slot + (rows % rows_per_slot != 0 ? 1 : 0);
   const int64_t floor = std::min(2, num_executors);
   return static_cast<int>(std::clamp<int64_t>(wanted, floor, num_executors));
 }

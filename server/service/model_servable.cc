@@ -35,7 +35,8 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
   }
   BatcherOptions batching = options.batching;
   s->device_slots_ = options.device_concurrency;
-  if (options.cuda_slots > 0 && absl::StartsWith(r->info().device, "cuda")) {
+  // A runner on several devices names them joined with '+': any CUDA one counts.
+  if (options.cuda_slots > 0 && absl::StrContains(r->info().device, "cuda")) {
     batching.num_executors = s->device_slots_ = options.cuda_slots;
     LOG(INFO) << r->info().name << " v" << r->info().version << " on " << r->info().device
               << ": " << options.cuda_slots << " executors and device slots (--executors=0)";

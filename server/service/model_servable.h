@@ -47,7 +47,8 @@ class ModelServable final : public Servable {
     BatcherOptions batching;
     // Batches handed to the runner at once (ServerOptions::device_concurrency).
     int device_concurrency = 1;
-    // > 0: on a runner whose device is CUDA, batching.num_executors and
+    // > 0: on a runner with a CUDA device (alone or among a hybrid runner's
+    // devices), batching.num_executors and
     // device_concurrency both become this (metalserve's --executors=0, the
     // slot count following the device; see ServerOptions::cuda_slots).
     // 0: the two as given on every device.

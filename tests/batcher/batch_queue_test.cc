@@ -1,5 +1,6 @@
 #include "server/batcher/batch_queue.h"
 
+#include <limits>
 #include <memory>
 
 #include "gmock/gmock.h"
@@ -216,6 +217,10 @@ TEST(BatcherOptionsTest, InFlightLimitGivesEachBatchRowsPerSlotBetweenTwoAndTheE
   EXPECT_EQ(o.InFlightLimit(96), 3);
   EXPECT_EQ(o.InFlightLimit(128), 4);
   EXPECT_EQ(o.InFlightLimit(256), 4);  // never above the executors
+  EXPECT_EQ(o.InFlightLimit(std::numeric_limits<int64_t>::max()), 4);  // no overflow
+  o.rows_per_slot = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(o.InFlightLimit(std::numeric_limits<int64_t>::max()), 2);
+  o.rows_per_slot = 32;
   o.num_executors = 1;
   EXPECT_EQ(o.InFlightLimit(0), 1);  // never above the executors either
   EXPECT_THAT(o.Validate(), IsOk());

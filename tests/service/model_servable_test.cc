@@ -311,8 +311,8 @@ TEST(MemoryBudgetFactoryTest, AcceleratorLoadCountsTheDeviceMemoryTheRunnerMeasu
 
 TEST(SlotsFollowTheDeviceTest, ACudaRunnerGetsTheCudaSlotsAndAnyOtherDeviceTheFlags) {
   for (const auto& [device, executors, slots] :
-       std::vector<std::tuple<std::string, int, int>>{{"cuda:0", 4, 4}, {"cpu", 2, 2},
-                                                      {"mps", 2, 2}}) {
+       std::vector<std::tuple<std::string, int, int>>{
+           {"cuda:0", 4, 4}, {"cpu", 2, 2}, {"mps", 2, 2}, {"cpu+cuda:0", 4, 4}}) {
     auto runner = std::make_shared<FakeRunner>();
     runner->mutable_info().device = device;
     ModelServable::Options o;
