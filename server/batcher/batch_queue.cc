@@ -383,10 +383,16 @@ std::optional<CloseReason> BatchQueue::Consider(size_t head, absl::Time now, boo
   return PartialClose(c->rows, now, expiry, wake_at);
 }
 
+absl::Time BatchQueue::EarliestDeadline() const {
+  absl::Time earliest = absl::InfiniteFuture();
+  for (const auto& t : tasks_) earliest = std::min(earliest, t->EffectiveDeadline());
+  return earliest;
+}
+
 BatchQueue::PollResult BatchQueue::PollDeadOnly(absl::Time now) {
   PollResult result;
   RemoveDead(now, &result);
-  for (const auto& t : tasks_) result.wake_at = std::min(result.wake_at, t->EffectiveDeadline());
+  result.wake_at = EarliestDeadline();
   return result;
 }
 
@@ -409,10 +415,7 @@ BatchQueue::PollResult BatchQueue::Poll(absl::Time now, bool draining) {
     wake_at = std::min(wake_at, oldest_wake);
   }
   if (!reason.has_value()) {
-    result.wake_at = wake_at;
-    for (const auto& t : tasks_) {
-      result.wake_at = std::min(result.wake_at, t->EffectiveDeadline());
-    }
+    result.wake_at = std::min(wake_at, EarliestDeadline());
     return result;
   }
   const int64_t closed_rows = c.rows;

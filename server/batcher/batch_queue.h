@@ -309,10 +309,16 @@ class BatchQueue {
   // limit): only the expired and cancelled tasks, and wake_at at the
   // earliest deadline still waiting.
   PollResult PollDeadOnly(absl::Time now);
-  // Rows in the batches handed to the processor and not back yet (the
-  // batcher's count): with the queue's own rows they set how many executors
-  // the latency target's estimate shares the work ahead among.
-  void SetRowsInFlight(int64_t rows) { rows_in_flight_ = rows; }
+  // Rows in the batches handed to the processor and not back yet: the
+  // batcher adds a batch's rows when it hands the batch over and takes them
+  // back when it returns. With the queue's own rows they set the in-flight
+  // limit (BatcherOptions::InFlightLimit), which the batcher applies and the
+  // latency target's estimate shares the work ahead by.
+  void AddRowsInFlight(int64_t rows) { rows_in_flight_ += rows; }
+  // Executors the in-flight limit lets run now, with `extra` more rows queued.
+  int ExecutorsInUse(int64_t extra = 0) const {
+    return options_.InFlightLimit(queued_rows_ + rows_in_flight_ + extra);
+  }
 
   // Cost curve inputs (ignored when none is kept): when the forwards handed
   // to the device are expected to be done, and the measured device time of
@@ -418,11 +424,9 @@ class BatchQueue {
   std::optional<AdaptivePolicy> adaptive_;
   std::deque<std::unique_ptr<BatchTask>> tasks_;
   int64_t queued_rows_ = 0;
-  int64_t rows_in_flight_ = 0;  // SetRowsInFlight
-  // Executors the in-flight limit lets run with `extra` more rows queued.
-  int ExecutorsInUse(int64_t extra) const {
-    return options_.InFlightLimit(queued_rows_ + rows_in_flight_ + extra);
-  }
+  int64_t rows_in_flight_ = 0;  // AddRowsInFlight
+  // The earliest deadline of the tasks waiting (InfiniteFuture: none).
+  absl::Time EarliestDeadline() const;
   std::vector<int64_t> level_rows_;  // by level - 1
   // Batches formed in a row while an older lower-level task waited.
   int passed_over_ = 0;

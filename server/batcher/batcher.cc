@@ -105,9 +105,7 @@ void Batcher::ExecutorLoop() {
     // Held back by the in-flight limit (BatcherOptions::rows_per_slot): only
     // the dead leave the queue; a batch coming back or a new arrival
     // (generation_) lets this executor look again.
-    const bool held =
-        !stopping_ && batches_in_processor_ >=
-                          options_.InFlightLimit(queue_.queued_rows() + rows_in_processor_);
+    const bool held = !stopping_ && batches_in_processor_ >= queue_.ExecutorsInUse();
     BatchQueue::PollResult r = held ? queue_.PollDeadOnly(now) : queue_.Poll(now, stopping_);
     queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
     const bool have_work =
@@ -119,8 +117,7 @@ void Batcher::ExecutorLoop() {
       const absl::Duration cost = ran ? BatchStarted(padded, now) : absl::ZeroDuration();
       if (ran) {
         ++batches_in_processor_;
-        rows_in_processor_ += rows;
-        queue_.SetRowsInFlight(rows_in_processor_);
+        queue_.AddRowsInFlight(rows);
       }
       mu_.Unlock();
       ReportDepth();  // every removal: batch, expiry, cancellation, drain
@@ -136,8 +133,7 @@ void Batcher::ExecutorLoop() {
       if (ran) {
         BatchDone(padded, cost, now, clock_->TimeNow());
         --batches_in_processor_;
-        rows_in_processor_ -= rows;
-        queue_.SetRowsInFlight(rows_in_processor_);
+        queue_.AddRowsInFlight(-rows);
         ++generation_;  // an executor held back by the in-flight limit may go
       }
       continue;

@@ -127,10 +127,9 @@ class Batcher {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> queued_rows_{0};
   DeviceLoad device_load_ ABSL_GUARDED_BY(mu_);  // batches in the processor
-  // Batches handed to the processor and not back yet, and their rows (for
-  // BatcherOptions::InFlightLimit).
+  // Batches handed to the processor and not back yet (their rows are the
+  // queue's rows in flight), against BatchQueue::ExecutorsInUse.
   int batches_in_processor_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t rows_in_processor_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::vector<std::thread> executors_;
   absl::Mutex shutdown_mu_;

@@ -135,7 +135,7 @@ TEST(LatencyTargetTest, WorkAheadIsSharedAmongTheBatchesTheInFlightLimitLetsRun)
                        AllOf(HasSubstr("estimated to finish in 5.29ms"),
                              HasSubstr("on 2 executor(s)"))));
   // 768 more rows running: all four.
-  q.SetRowsInFlight(768);
+  q.AddRowsInFlight(768);
   std::unique_ptr<BatchTask> now_fits = MakeTask(1);
   EXPECT_THAT(q.Admit(&now_fits, kT0), IsOk());
 }
