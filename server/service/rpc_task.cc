@@ -41,8 +41,13 @@ absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
       (cancelled && deadline - now <= BatchQueue::kDeadlineSkew)) {
     return absl::StatusCode::kDeadlineExceeded;
   }
+  // After the cut-off every call still open is being cancelled by gRPC, but
+  // its server context may not show it yet: the client can already hold
+  // UNAVAILABLE while IsCancelled() still reads false (the cancellation
+  // reaches the server context through a callback on another thread).
+  if (cut_off) return absl::StatusCode::kUnavailable;
   if (!cancelled) return sent;
-  return cut_off ? absl::StatusCode::kUnavailable : absl::StatusCode::kCancelled;
+  return absl::StatusCode::kCancelled;
 }
 
 void RpcInferTask::Complete(const absl::Status& status, const RunStats& run) {

@@ -40,10 +40,10 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 // send: the server's own when the call is still open; DEADLINE_EXCEEDED when
 // its deadline has passed (or it was cancelled within
 // BatchQueue::kDeadlineSkew of it: the client gives up at its own deadline,
-// just before the server's); UNAVAILABLE when it was cancelled after the
-// server's own shutdown cut open calls off (`cut_off`: gRPC ends them with
-// UNAVAILABLE "Cancelling all calls"); CANCELLED when the client cancelled
-// it. Metrics record this code, so that requests_total{code="OK"} counts
+// just before the server's); UNAVAILABLE when the server's own shutdown has
+// cut open calls off (`cut_off`: gRPC ends every call still open with
+// UNAVAILABLE "Cancelling all calls", whether or not `cancelled` shows it
+// yet); CANCELLED when the client cancelled it. Metrics record this code, so that requests_total{code="OK"} counts
 // only answers a client could receive.
 absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
                                   bool cut_off, absl::Time deadline,
