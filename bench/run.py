@@ -295,8 +295,12 @@ def main():
     p.add_argument("--allowed_batch_sizes", default="",
                    help="padding sizes for the batching server (default: none)")
     p.add_argument("--max_queue_delay", default="2ms")
-    p.add_argument("--executors", type=int, default=2)
-    p.add_argument("--device_concurrency", type=int, default=2)
+    p.add_argument("--executors", type=int, default=0,
+                   help="the servers' --executors; default 0, the server's own default "
+                        "(4 executors and device slots for a model on CUDA, 2 elsewhere)")
+    p.add_argument("--device_concurrency", type=int, default=2,
+                   help="the servers' --device_concurrency (the server's default; "
+                        "--executors=0 overrides it on CUDA)")
     p.add_argument("--duration", type=float, default=5)
     p.add_argument("--warmup", type=float, default=1)
     p.add_argument("--raw_min_time", type=float, default=2)
