@@ -68,7 +68,10 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
     start_ = clock_->TimeNow();
     end_ = start_ + (warmup_ ? spec_.warmup : spec_.duration);
     if (spec_.open_loop()) {
-      scheduler_ = std::thread([this] { Schedule(); });
+      schedulers_left_ = spec_.open_loop_threads;
+      for (int j = 0; j < spec_.open_loop_threads; ++j) {
+        schedulers_.emplace_back([this, j] { Schedule(j); });
+      }
       return;
     }
     for (int slot = 0; slot < spec_.concurrency; ++slot) {
@@ -104,7 +107,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
       p.errors = done_err_.load(std::memory_order_relaxed);
       if (progress) progress(p);
     }
-    if (scheduler_.joinable()) scheduler_.join();
+    for (std::thread& t : schedulers_) t.join();
   }
 
   RunStats Collect() {
@@ -217,13 +220,25 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
     s.server_compute.Record(absl::Microseconds(compute_us));
   }
 
-  // Open loop: issues call i at its intended time, never waiting for
-  // completions.
-  void Schedule() {
-    std::mt19937_64 rng(spec_.seed);
-    std::exponential_distribution<double> gap(spec_.rate);
-    double poisson_offset_s = 0;
-    for (int64_t i = 0;; ++i) {
+  // Open loop: sender `j` of n = open_loop_threads issues its share of the
+  // calls at their intended times, never waiting for completions. Constant
+  // arrivals: call i is due at i / rate and sender i mod n sends it, so the
+  // due times are those of one sender. Poisson: each sender draws its own
+  // Poisson stream of rate / n (seed + j); the union of n independent
+  // Poisson streams is one Poisson stream of the whole rate. Sender 0 sends
+  // its first call at once, as the single sender did; the others start
+  // with a drawn gap, so that n calls do not all go at the start. With
+  // n = 1 both are the single sender's schedule of before, draw for draw.
+  void Schedule(int j) {
+    const int n = spec_.open_loop_threads;
+    std::mt19937_64 rng(spec_.seed + static_cast<uint64_t>(j));
+    std::exponential_distribution<double> gap(spec_.rate / n);
+    double poisson_offset_s =
+        spec_.arrival == Arrival::kPoisson && j > 0 ? gap(rng) : 0.0;
+    const auto lanes = static_cast<int64_t>(gen_.transport_->lanes());
+    for (int64_t k = 0;; ++k) {
+      // The call's number in the whole schedule (exact for constant spacing).
+      const int64_t i = k * n + j;
       // Constant spacing: call i is due at exactly i / rate, not at a sum
       // of rounded gaps, so a run of rate R for D seconds sends R * D calls.
       const double offset_s = spec_.arrival == Arrival::kPoisson
@@ -240,7 +255,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
         }
       }
       if (send) {
-        Issue(static_cast<int>(i % static_cast<int64_t>(gen_.transport_->lanes())), due);
+        Issue(static_cast<int>(i % lanes), due);
       } else {
         overflow_.fetch_add(1);
         done_err_.fetch_add(1, std::memory_order_relaxed);
@@ -249,7 +264,7 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
       if (spec_.arrival == Arrival::kPoisson) poisson_offset_s += gap(rng);
     }
     absl::MutexLock l(&mu_);
-    scheduling_done_ = true;
+    if (--schedulers_left_ == 0) scheduling_done_ = true;
   }
 
   // Waits on the clock until `due`; false when the phase ends first.
@@ -272,11 +287,13 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
   const bool warmup_;
   absl::Time start_;
   absl::Time end_;
-  std::thread scheduler_;
+  std::vector<std::thread> schedulers_;
 
   absl::Mutex mu_;
   int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   bool scheduling_done_ ABSL_GUARDED_BY(mu_) = false;
+  // Open-loop senders still scheduling.
+  int schedulers_left_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::atomic<int64_t> issued_{0};
   std::atomic<int64_t> overflow_{0};
@@ -312,6 +329,10 @@ absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
 absl::StatusOr<RunStats> LoadGenerator::Run(const LoadSpec& spec,
                                             const ProgressFn& progress) {
   if (spec.open_loop()) {
+    if (spec.open_loop_threads < 1 || spec.open_loop_threads > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "open_loop_threads ", spec.open_loop_threads, " is not in [1, 64]"));
+    }
     if (spec.max_outstanding < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("max_outstanding ", spec.max_outstanding, " < 1"));

@@ -11,9 +11,12 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <map>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "client/call_transport.h"
 #include "client/channel_factory.h"
 #include "client/report.h"
 #include "grpcpp/client_context.h"
@@ -434,6 +437,136 @@ TEST(LoadGeneratorTest, OpenLoopCountsOverflowInsteadOfDelaying) {
   EXPECT_EQ(rig.server->received(), 2);
   EXPECT_EQ(stats->latency.Min(), absl::Seconds(1));
   EXPECT_EQ(stats->elapsed, absl::Milliseconds(1010));
+}
+
+// A transport that answers every call at once, on the thread that started
+// it, and records which thread started it, when (on the simulated clock)
+// and on which lane: what the open loop's senders did, without a network.
+class RecordingTransport : public CallTransport {
+ public:
+  struct Sent {
+    std::thread::id thread;
+    absl::Time at;
+    size_t lane;
+  };
+  RecordingTransport(Clock* clock, size_t lanes) : clock_(clock), lanes_(lanes) {}
+  size_t lanes() const override { return lanes_; }
+  int64_t rows_per_request() const override { return 1; }
+  void Start(size_t lane, absl::Duration, CallDone done) override {
+    {
+      absl::MutexLock l(&mu_);
+      sent_.push_back({std::this_thread::get_id(), clock_->TimeNow(), lane});
+    }
+    done(CallResult{});
+  }
+  bool AwaitSent(size_t n) {
+    absl::MutexLock l(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sent_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), kSafetyTimeout);
+  }
+  std::vector<Sent> sent() {
+    absl::MutexLock l(&mu_);
+    return sent_;
+  }
+
+ private:
+  Clock* const clock_;
+  const size_t lanes_;
+  absl::Mutex mu_;
+  std::vector<Sent> sent_ ABSL_GUARDED_BY(mu_);
+};
+
+struct RecordingRig {
+  explicit RecordingRig(size_t lanes) {
+    auto owned = std::make_unique<RecordingTransport>(&clock, lanes);
+    transport = owned.get();
+    auto created = LoadGenerator::Create(std::move(owned), &clock);
+    EXPECT_TRUE(created.ok()) << created.status();
+    gen = *std::move(created);
+  }
+  SimulatedClock clock;
+  RecordingTransport* transport = nullptr;  // owned by gen
+  std::unique_ptr<LoadGenerator> gen;
+};
+
+// Constant arrivals with four senders: call i is due at i / rate whatever
+// the sender, sender i mod 4 sends it, and lanes still take turns. With one
+// sender (before open_loop_threads) one thread sent every call.
+TEST(LoadGeneratorTest, OpenLoopSendersShareOneConstantSchedule) {
+  RecordingRig rig(/*lanes=*/3);
+  const absl::Time start = rig.clock.TimeNow();
+  LoadSpec spec;
+  spec.rate = 100;
+  spec.duration = absl::Milliseconds(400);  // calls at 0, 10, ..., 390 ms
+  spec.open_loop_threads = 4;
+  absl::StatusOr<RunStats> stats;
+  std::thread run([&] { stats = rig.gen->Run(spec); });
+  ASSERT_TRUE(rig.transport->AwaitSent(1));
+  for (int k = 1; k < 40; ++k) {
+    rig.clock.AdvanceTime(absl::Milliseconds(10));
+    ASSERT_TRUE(rig.transport->AwaitSent(static_cast<size_t>(k) + 1)) << k;
+  }
+  rig.clock.AdvanceTime(absl::Milliseconds(10));  // the run's end
+  run.join();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->ok, 40);
+  const std::vector<RecordingTransport::Sent> sent = rig.transport->sent();
+  ASSERT_EQ(sent.size(), 40u);
+  std::map<std::thread::id, std::set<int64_t>> due_by_thread;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    // AwaitSent before each step: call i went out at its due time.
+    EXPECT_EQ(sent[i].at, start + absl::Milliseconds(10 * static_cast<int64_t>(i))) << i;
+    EXPECT_EQ(sent[i].lane, i % 3) << i;
+    due_by_thread[sent[i].thread].insert(static_cast<int64_t>(i));
+  }
+  ASSERT_EQ(due_by_thread.size(), 4u);
+  for (const auto& [thread, calls] : due_by_thread) {
+    const int64_t residue = *calls.begin() % 4;
+    EXPECT_EQ(calls.size(), 10u);
+    for (int64_t i : calls) EXPECT_EQ(i % 4, residue) << i;
+  }
+}
+
+// Poisson arrivals with four senders: four streams of rate / 4 together
+// carry the whole rate (20 s at 1,000/s: 20,000 calls expected, standard
+// deviation 141; the seeds fix the draw, so the count is the same every
+// run), each sender about a quarter. The clock jumps past the end at once:
+// every call is then due, and the count does not depend on when each went.
+TEST(LoadGeneratorTest, OpenLoopPoissonSendersTogetherKeepTheWholeRate) {
+  RecordingRig rig(/*lanes=*/1);
+  LoadSpec spec;
+  spec.rate = 1000;
+  spec.arrival = Arrival::kPoisson;
+  spec.duration = absl::Seconds(20);
+  spec.open_loop_threads = 4;
+  spec.max_outstanding = 1'000'000;
+  absl::StatusOr<RunStats> stats;
+  std::thread run([&] { stats = rig.gen->Run(spec); });
+  ASSERT_TRUE(rig.transport->AwaitSent(1));
+  rig.clock.AdvanceTime(absl::Seconds(21));
+  run.join();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GT(stats->ok, 20'000 - 5 * 141);
+  EXPECT_LT(stats->ok, 20'000 + 5 * 141);
+  std::map<std::thread::id, int64_t> per_thread;
+  for (const auto& s : rig.transport->sent()) ++per_thread[s.thread];
+  ASSERT_EQ(per_thread.size(), 4u);
+  for (const auto& [thread, n] : per_thread) {
+    EXPECT_GT(n, 5'000 - 5 * 71);
+    EXPECT_LT(n, 5'000 + 5 * 71);
+  }
+}
+
+TEST(LoadGeneratorTest, OpenLoopThreadsOutOfRangeAreRefused) {
+  RecordingRig rig(/*lanes=*/1);
+  LoadSpec spec;
+  spec.rate = 100;
+  spec.duration = absl::Milliseconds(10);
+  spec.open_loop_threads = 0;
+  EXPECT_THAT(rig.gen->Run(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("open_loop_threads 0")));
+  spec.open_loop_threads = 65;
+  EXPECT_THAT(rig.gen->Run(spec), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // Sends single calls over `channel` until both servers have one, so both of
