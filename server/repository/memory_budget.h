@@ -46,7 +46,11 @@ inline constexpr double kMemoryOverheadFactor = 1.5;
 //   kMemoryOverheadFactor
 //   + 2 x max_batch_size x (bytes of one row of every input and output)
 // (the batch's staging copy and the model's own tensors). Variable
-// non-batch dimensions count 1.
+// non-batch dimensions count 1. One batch, whatever the device slots (four
+// on CUDA by default): the device thread runs one batch's forward and its
+// output copy back at a time (TorchRunner::RunHost, DeviceThread::RunSync),
+// and the batches waiting in the other slots are host copies (pinned on
+// CUDA), not device memory.
 int64_t EstimateLoadBytes(int64_t file_bytes, absl::string_view precision,
                           const std::vector<TensorSpec>& inputs,
                           const std::vector<TensorSpec>& outputs, int64_t max_batch_size);
