@@ -115,6 +115,9 @@ std::string FirstSettingKey(const v1::ModelConfig& c) {
   if (c.has_optimize()) return "optimize";
   if (c.has_device()) return "device";
   if (c.devices_size() > 0) return "devices";
+  if (c.has_latency_target_us()) return "latency_target_us";
+  if (c.has_default_priority()) return "default_priority";
+  if (c.has_rows_per_slot()) return "rows_per_slot";
   if (c.has_version_policy()) return "version_policy";
   return "";
 }
@@ -130,6 +133,7 @@ absl::StatusOr<ModelSignature> ParseModelSignature(absl::string_view json) {
     const std::string instead =
         key == "version_policy" ? "--model serves its one file"
         : key == "max_queue_delay_us" ? "with --model pass the flag --max_queue_delay"
+        : key == "latency_target_us"  ? "with --model pass the flag --latency_target"
                                       : absl::StrCat("with --model pass the flag --", key);
     return internal::ConfigError(
         kPrefix, absl::StrCat("'", key, "' is a model repository setting (DIR/<model>/"

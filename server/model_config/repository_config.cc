@@ -78,7 +78,9 @@ absl::Status CheckSettingTypes(absl::string_view json) {
       {"max_batch_size", V::kNumberValue}, {"max_queue_delay_us", V::kNumberValue},
       {"max_queue_size", V::kNumberValue}, {"precision", V::kStringValue},
       {"channels_last", V::kBoolValue},    {"optimize", V::kStringValue},
-      {"device", V::kStringValue},         {"version_policy", V::kStructValue}};
+      {"device", V::kStringValue},         {"version_policy", V::kStructValue},
+      {"latency_target_us", V::kNumberValue}, {"default_priority", V::kNumberValue},
+      {"rows_per_slot", V::kNumberValue}};
   const auto& fields = doc.fields();
   for (const auto& [key, kind] : kKinds) {
     if (fields.contains(key)) RETURN_IF_ERROR(CheckKind(fields.at(key), kind, key));
@@ -193,6 +195,19 @@ absl::StatusOr<ModelSettings> ToSettings(const v1::ModelConfig& c) {
       s.devices.push_back(d);
     }
   }
+  if (c.has_latency_target_us()) {
+    RETURN_IF_ERROR(CheckAtLeast("latency_target_us", c.latency_target_us(), 0));
+    s.latency_target = absl::Microseconds(c.latency_target_us());
+  }
+  if (c.has_default_priority()) {
+    // Its upper bound, --priority_levels, is checked where it is applied.
+    RETURN_IF_ERROR(CheckAtLeast("default_priority", c.default_priority(), 1));
+    s.default_priority = c.default_priority();
+  }
+  if (c.has_rows_per_slot()) {
+    RETURN_IF_ERROR(CheckAtLeast("rows_per_slot", c.rows_per_slot(), 0));
+    s.rows_per_slot = c.rows_per_slot();
+  }
   return s;
 }
 
@@ -272,7 +287,7 @@ std::vector<int64_t> VersionPolicy::MissingSpecific(const std::vector<int64_t>& 
 bool ModelSettings::empty() const {
   return !max_batch_size && !max_queue_delay && allowed_batch_sizes.empty() &&
          !max_queue_size && !precision && !channels_last && !optimize && !device &&
-         devices.empty();
+         devices.empty() && !latency_target && !default_priority && !rows_per_slot;
 }
 
 absl::StatusOr<RepositoryModelConfig> ParseRepositoryModelConfig(absl::string_view json) {

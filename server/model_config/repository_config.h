@@ -62,6 +62,10 @@ struct ModelSettings {
   // Hybrid serving (--devices for this model): two or more distinct
   // devices (cpu, mps, cuda, cuda:N, first_available), none with `device`.
   std::vector<std::string> devices;
+  // JSON: latency_target_us; >= 0, 0 turns the flag's target off.
+  std::optional<absl::Duration> latency_target;
+  std::optional<int> default_priority;         // >= 1; <= --priority_levels
+  std::optional<int64_t> rows_per_slot;        // >= 0, 0: no in-flight limit
 
   // True when no setting is given.
   bool empty() const;

@@ -30,6 +30,9 @@ absl::StatusOr<BatcherOptions> BatchingFor(const BatcherOptions& flags,
   if (!settings.allowed_batch_sizes.empty()) b.allowed_batch_sizes = settings.allowed_batch_sizes;
   if (settings.max_queue_delay.has_value()) b.max_queue_delay = *settings.max_queue_delay;
   if (settings.max_queue_size.has_value()) b.max_queue_size = *settings.max_queue_size;
+  if (settings.latency_target.has_value()) b.latency_target = *settings.latency_target;
+  if (settings.default_priority.has_value()) b.default_priority = *settings.default_priority;
+  if (settings.rows_per_slot.has_value()) b.rows_per_slot = *settings.rows_per_slot;
   if (absl::Status s = b.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         config_path, ": its settings do not fit the server's flags: ", s.message()));

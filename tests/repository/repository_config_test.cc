@@ -39,9 +39,13 @@ TEST(RepositoryConfigTest, ReadsEverySetting) {
   auto config = ParseRepositoryModelConfig(Config(R"(
       "max_batch_size": 8, "max_queue_delay_us": 1500, "allowed_batch_sizes": [1, 4, 8],
       "max_queue_size": 64, "precision": "fp16", "channels_last": true,
-      "optimize": "freeze", "device": "cuda:1")"));
+      "optimize": "freeze", "device": "cuda:1", "latency_target_us": 50000,
+      "default_priority": 2, "rows_per_slot": 16)"));
   ASSERT_TRUE(config.ok()) << config.status();
   const ModelSettings& s = config->settings;
+  EXPECT_EQ(s.latency_target, absl::Milliseconds(50));
+  EXPECT_EQ(s.default_priority, 2);
+  EXPECT_EQ(s.rows_per_slot, 16);
   EXPECT_EQ(s.max_batch_size, 8);
   EXPECT_EQ(s.max_queue_delay, absl::Microseconds(1500));
   EXPECT_THAT(s.allowed_batch_sizes, ElementsAre(1, 4, 8));
@@ -115,6 +119,9 @@ TEST(RepositoryConfigTest, LenientJsonTypesAreErrorsNamingKeyAndValue) {
       {R"("channels_last": "yes")", R"(channels_last: "yes" is a string; expected true or false)"},
       {R"("max_batch_size": "8")", R"(max_batch_size: "8" is a string; expected a number)"},
       {R"("max_queue_delay_us": "100")", "max_queue_delay_us: \"100\" is a string"},
+      {R"("latency_target_us": "5000")", "latency_target_us: \"5000\" is a string"},
+      {R"("default_priority": "1")", "default_priority: \"1\" is a string"},
+      {R"("rows_per_slot": "32")", "rows_per_slot: \"32\" is a string; expected a number"},
       {R"("allowed_batch_sizes": 8)", "allowed_batch_sizes: 8 is a number; expected a list"},
       {R"("allowed_batch_sizes": [1, "2"])", "allowed_batch_sizes[1]: \"2\" is a string"},
       {R"("version_policy": {"latest": {"num_versions": "2"}})",
@@ -136,6 +143,9 @@ TEST(RepositoryConfigTest, OutOfRangeSettingsAreErrorsNamingKeyAndValue) {
       {R"("max_batch_size": 0)", "max_batch_size: 0 must be at least 1"},
       {R"("max_queue_delay_us": -5)", "max_queue_delay_us: -5"},
       {R"("max_queue_size": 0)", "max_queue_size: 0"},
+      {R"("latency_target_us": -1)", "latency_target_us: -1"},
+      {R"("default_priority": 0)", "default_priority: 0 must be at least 1"},
+      {R"("rows_per_slot": -3)", "rows_per_slot: -3"},
       {R"("precision": "fp8")", "precision: 'fp8' is not one of fp32, fp16, bf16"},
       {R"("optimize": "max")", "optimize: 'max'"},
       {R"("device": "gpu")", "device: 'gpu'"},
@@ -194,6 +204,12 @@ TEST(RepositoryConfigTest, SidecarRefusesRepositorySettingsNamingTheFlag) {
                              HasSubstr("--max_batch_size"))));
   EXPECT_THAT(ParseModelSignature(Config(R"("max_queue_delay_us": 8)")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max_queue_delay")));
+  EXPECT_THAT(ParseModelSignature(Config(R"("latency_target_us": 8000)")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--latency_target")));
+  EXPECT_THAT(ParseModelSignature(Config(R"("default_priority": 1)")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--default_priority")));
+  EXPECT_THAT(ParseModelSignature(Config(R"("rows_per_slot": 8)")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--rows_per_slot")));
   EXPECT_THAT(ParseModelSignature(Config(R"("version_policy": {"all": {}})")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'version_policy'")));
 }

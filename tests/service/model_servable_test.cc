@@ -30,6 +30,7 @@ namespace metalserve {
 namespace {
 
 using ::metalserve::testing::Sample;
+using ::testing::AllOf;
 using ::testing::Eq;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -351,6 +352,72 @@ TEST(BatchingForTest, ModelSettingsOverrideTheFlagsAndKeepTheRest) {
   EXPECT_EQ(b->allowed_batch_sizes, (std::vector<int64_t>{1, 8, 16}));
   EXPECT_EQ(b->max_queue_delay, absl::Microseconds(500));
   EXPECT_EQ(b->max_queue_size, 1024);
+}
+
+TEST(BatchingForTest, SchedulingSettingsOverrideTheirFlags) {
+  BatcherOptions flags;
+  flags.max_batch_size = 32;
+  flags.priority_levels = 3;
+  flags.latency_target = absl::Milliseconds(100);
+  flags.rows_per_slot = 32;
+  ModelSettings s;
+  s.latency_target = absl::ZeroDuration();  // off for this model
+  s.default_priority = 2;
+  s.rows_per_slot = 8;
+  absl::StatusOr<BatcherOptions> b = BatchingFor(flags, s, "/repo/m/config.json");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->latency_target, absl::ZeroDuration());
+  EXPECT_EQ(b->default_priority, 2);
+  EXPECT_EQ(b->rows_per_slot, 8);
+  EXPECT_EQ(b->priority_levels, 3);
+  s = ModelSettings{};
+  s.latency_target = absl::Milliseconds(20);
+  b = BatchingFor(flags, s, "/repo/m/config.json");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->latency_target, absl::Milliseconds(20));
+  EXPECT_EQ(b->default_priority, flags.default_priority);
+  EXPECT_EQ(b->rows_per_slot, 32);
+}
+
+TEST(BatchingForTest, DefaultPriorityBeyondTheLevelsNamesTheConfigFileAndRange) {
+  BatcherOptions flags;
+  flags.priority_levels = 2;
+  ModelSettings s;
+  s.default_priority = 3;
+  absl::StatusOr<BatcherOptions> b = BatchingFor(flags, s, "/repo/m/config.json");
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(b.status().message(),
+              AllOf(HasSubstr("/repo/m/config.json"), HasSubstr("default_priority"),
+                    HasSubstr("priority_levels = 2"), HasSubstr("got 3")));
+}
+
+// A model's own latency target is held against its own warm-up, as the
+// flag's is at start-up: below the measured batch-1 cost the version does
+// not load, and the error names that cost.
+TEST(BatchingForTest, AModelsLatencyTargetBelowItsBatchOneCostFailsItsLoad) {
+  BatcherOptions flags;
+  flags.max_batch_size = 8;
+  for (const auto& [target, loads] : std::vector<std::pair<absl::Duration, bool>>{
+           {absl::Milliseconds(1), false}, {absl::Milliseconds(5), true}}) {
+    auto runner = std::make_shared<FakeRunner>();
+    runner->mutable_info().warmup_timings = {{.batch_size = 1, .forward = absl::Milliseconds(2)},
+                                             {.batch_size = 8, .forward = absl::Milliseconds(4)}};
+    ModelSettings s;
+    s.latency_target = target;
+    absl::StatusOr<BatcherOptions> b = BatchingFor(flags, s, "/repo/m/config.json");
+    ASSERT_TRUE(b.ok()) << b.status();
+    ModelServable::Options o;
+    o.batching = *b;
+    auto servable = ModelServable::Create(runner, o);
+    if (loads) {
+      ASSERT_TRUE(servable.ok()) << servable.status();
+      EXPECT_EQ((*servable)->batcher().options().latency_target, target);
+    } else {
+      EXPECT_EQ(servable.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(servable.status().message(),
+                  AllOf(HasSubstr("latency_target 1ms"), HasSubstr("batch of 1 (2ms)")));
+    }
+  }
 }
 
 TEST(BatchingForTest, SettingsThatDoNotFitTheFlagsNameTheConfigFile) {
