@@ -68,7 +68,10 @@ class LoadGenerator::Phase : public std::enable_shared_from_this<Phase> {
     start_ = clock_->TimeNow();
     end_ = start_ + (warmup_ ? spec_.warmup : spec_.duration);
     if (spec_.open_loop()) {
-      schedulers_left_ = spec_.open_loop_threads;
+      {
+        absl::MutexLock l(&mu_);
+        schedulers_left_ = spec_.open_loop_threads;
+      }
       for (int j = 0; j < spec_.open_loop_threads; ++j) {
         schedulers_.emplace_back([this, j] { Schedule(j); });
       }
