@@ -56,8 +56,11 @@ MHD_Result OnRequest(void* cls, MHD_Connection* connection, const char* url,
 void OnCompleted(void* cls, MHD_Connection* /*connection*/, void** con_cls,
                  MHD_RequestTerminationCode /*why*/) {
   auto* call = static_cast<RestServer::Call*>(*con_cls);
-  if (call != nullptr) static_cast<RestServer*>(cls)->ReleaseBodyBytes(call->reserved);
+  auto* server = static_cast<RestServer*>(cls);
+  if (call != nullptr) server->ReleaseBodyBytes(call->reserved);
+  const bool submitted = call != nullptr && call->submitted;
   delete call;
+  if (submitted) server->Completed();
   *con_cls = nullptr;
 }
 
@@ -241,6 +244,11 @@ void RestServer::Resumed() {
   suspended_.fetch_sub(1);
 }
 
+void RestServer::Completed() {
+  absl::MutexLock l(&mu_);
+  submitted_open_.fetch_sub(1);
+}
+
 RestServer::~RestServer() {
   if (daemon_ == nullptr) return;
   {
@@ -250,6 +258,20 @@ RestServer::~RestServer() {
         +[](std::atomic<int64_t>* n) { return n->load() == 0; }, &suspended_));
   }
   JoinRepositoryWorker();  // it has resumed its connection: it is done
+  {
+    // A resumed connection's answer is written by the daemon's thread after
+    // the resume: stopping the daemon first would close the connection with
+    // the answer unsent. Bounded by the connection timeout, after which MHD
+    // completes a connection whose client stopped reading.
+    absl::MutexLock l(&mu_);
+    if (!mu_.AwaitWithTimeout(
+            absl::Condition(+[](std::atomic<int64_t>* n) { return n->load() == 0; },
+                            &submitted_open_),
+            options_.read_timeout + absl::Seconds(1))) {
+      LOG(WARNING) << "http: " << submitted_open_.load()
+                   << " answered request(s) still unsent at shutdown; closing";
+    }
+  }
   MHD_stop_daemon(daemon_);
   if (listen_fd_ >= 0) close(listen_fd_);
 }

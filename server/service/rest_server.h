@@ -129,9 +129,14 @@ class RestServer {
   int HandleRequest(MHD_Connection* connection, const char* url, const char* method,
                     const char* upload_data, size_t* upload_data_size, void** con_cls);
   // An infer request handed to the batcher: its connection is suspended
-  // until Resumed().
-  void Suspended() { suspended_.fetch_add(1); }
+  // until Resumed(), and its request open until MHD reports it completed
+  // (its answer written, or the connection gone): Completed().
+  void Suspended() {
+    suspended_.fetch_add(1);
+    submitted_open_.fetch_add(1);
+  }
   void Resumed();
+  void Completed();
   // Accounts `n` body bytes against max_buffered_bytes; UNAVAILABLE when
   // they do not fit. ReleaseBodyBytes gives them back.
   absl::Status ReserveBodyBytes(int64_t n);
@@ -159,6 +164,10 @@ class RestServer {
   const std::function<bool()> ready_;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> suspended_{0};
+  // Requests handed to a batcher (or the repository worker) whose answer MHD
+  // has not yet finished writing: the destructor waits for them, so that a
+  // resumed connection's answer is not cut off by the daemon's stop.
+  std::atomic<int64_t> submitted_open_{0};
   std::atomic<int64_t> buffered_bytes_{0};
   absl::Mutex mu_;  // for waiting on suspended_ to reach 0
   std::atomic<bool> repository_busy_{false};  // a load or unload is running
