@@ -40,7 +40,7 @@ struct LoadSpec {
   // Open loop: calls in flight beyond this are dropped as kOverflowError.
   int64_t max_outstanding = 10000;
   // Open loop: threads that send the calls, each its share of the schedule
-  // (load_generator.h says how). One thread alone serialises and writes
+  // (load_generator.cc says how). One thread alone serialises and writes
   // every request: with 602 KB requests that capped the offered load near
   // 5,000/s on a 16-core host while a closed loop reached 7,900/s.
   int open_loop_threads = 4;

@@ -260,9 +260,8 @@ RestServer::~RestServer() {
   JoinRepositoryWorker();  // it has resumed its connection: it is done
   {
     // A resumed connection's answer is written by the daemon's thread after
-    // the resume: stopping the daemon first would close the connection with
-    // the answer unsent. Bounded by the connection timeout, after which MHD
-    // completes a connection whose client stopped reading.
+    // the resume; stopping first would close it unsent. Bounded by the
+    // connection timeout.
     absl::MutexLock l(&mu_);
     if (!mu_.AwaitWithTimeout(
             absl::Condition(+[](std::atomic<int64_t>* n) { return n->load() == 0; },

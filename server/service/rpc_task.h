@@ -43,8 +43,9 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
 // just before the server's); UNAVAILABLE when the server's own shutdown has
 // cut open calls off (`cut_off`: gRPC ends every call still open with
 // UNAVAILABLE "Cancelling all calls", whether or not `cancelled` shows it
-// yet); CANCELLED when the client cancelled it. Metrics record this code, so that requests_total{code="OK"} counts
-// only answers a client could receive.
+// yet); CANCELLED when the client cancelled it. Metrics record this code,
+// so that requests_total{code="OK"} counts only answers a client could
+// receive.
 absl::StatusCode CodeSeenByClient(absl::StatusCode sent, bool cancelled,
                                   bool cut_off, absl::Time deadline,
                                   absl::Time now);
