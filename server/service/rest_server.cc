@@ -90,6 +90,9 @@ absl::Status CheckClientCertificate(MHD_Connection* connection) {
   return absl::OkStatus();
 }
 
+// For absl::Condition: a count that has come down to zero.
+bool IsZero(std::atomic<int64_t>* n) { return n->load() == 0; }
+
 }  // namespace
 
 int HttpStatusOf(absl::StatusCode code) {
@@ -254,8 +257,7 @@ RestServer::~RestServer() {
   {
     // Every suspended connection must be resumed before the daemon stops.
     absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(
-        +[](std::atomic<int64_t>* n) { return n->load() == 0; }, &suspended_));
+    mu_.Await(absl::Condition(&IsZero, &suspended_));
   }
   JoinRepositoryWorker();  // it has resumed its connection: it is done
   {
@@ -263,10 +265,8 @@ RestServer::~RestServer() {
     // the resume; stopping first would close it unsent. Bounded by the
     // connection timeout.
     absl::MutexLock l(&mu_);
-    if (!mu_.AwaitWithTimeout(
-            absl::Condition(+[](std::atomic<int64_t>* n) { return n->load() == 0; },
-                            &submitted_open_),
-            options_.read_timeout + absl::Seconds(1))) {
+    if (!mu_.AwaitWithTimeout(absl::Condition(&IsZero, &submitted_open_),
+                              options_.read_timeout + absl::Seconds(1))) {
       LOG(WARNING) << "http: " << submitted_open_.load()
                    << " answered request(s) still unsent at shutdown; closing";
     }
