@@ -8,15 +8,17 @@
 #   bench/startup_time.sh /tmp/vcache                     # verification cached
 #   bench/startup_time.sh none                            # no cache
 #
-# Usage: bench/startup_time.sh CACHE_DIR [extra metalserve flags]
-# (default model build/models/resnet18.pt on --device=cpu; later flags win).
+# Usage: [BUILD=build-gpu] bench/startup_time.sh CACHE_DIR [extra metalserve flags]
+# (default model $BUILD/models/resnet18.pt on --device=cpu; later flags win;
+# BUILD defaults to build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=$1
 shift
 log=$(mktemp)
 start=$(date +%s.%N)
-build/metalserve --model=build/models/resnet18.pt --device=cpu \
+build=${BUILD:-build}
+"$build"/metalserve --model="$build"/models/resnet18.pt --device=cpu \
   --address=127.0.0.1:0 --metrics_address=127.0.0.1:0 --cache_dir="$cache" "$@" >"$log" 2>&1 &
 pid=$!
 until grep -q "ready: gRPC on" "$log"; do
