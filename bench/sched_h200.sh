@@ -14,6 +14,9 @@
 # verification cache holds the verdict) + 42 levels of ~4.5 s (--duration=3
 # --warmup=1 plus the client's start).
 #   bash bench/sched_h200.sh
+# SWEEP, ROUNDS, POLICIES and TAG override the concurrency levels, rounds,
+# policies and results tag, e.g. one level with more rounds:
+#   SWEEP=64 ROUNDS=3 POLICIES=fixed:0ms,fixed:1ms,adaptive:5ms TAG=c64 bash bench/sched_h200.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/sched-out}
@@ -30,14 +33,15 @@ gpu_build_while_exporting --out build-gpu/models --only resnet50 -- metalserve m
 [[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
 python3 bench/run.py --build=build-gpu --model=resnet50 --device=cuda --threads=8 --optimize=auto \
   --max_batch_size=256 --allowed_batch_sizes=1,2,4,8,16,24,32,48,64,96,128,192,256 \
-  --sweep=1,64,256 --duration=${DURATION:-3} --warmup=${WARMUP:-1} --rounds=2 --bench_args=--connections=8 \
-  --policies=unbatched,fixed:0ms,fixed:1ms,fixed:2ms,fixed:5ms,adaptive:5ms,target:50ms \
-  --host_label=h200 --tag=sched --out="$RES"
+  --sweep=${SWEEP:-1,64,256} --duration=${DURATION:-3} --warmup=${WARMUP:-1} --rounds=${ROUNDS:-2} \
+  --bench_args=--connections=8 \
+  --policies=${POLICIES:-unbatched,fixed:0ms,fixed:1ms,fixed:2ms,fixed:5ms,adaptive:5ms,target:50ms} \
+  --host_label=h200 --tag=${TAG:-sched} --out="$RES"
 echo "run.py rc=$?"
 stamp "measured"
 # The batches each policy closed and why (the last round's servers).
 grep -H "batches_total\|batch_size_rows_sum\|batch_size_rows_count" "$RES"/.work/metrics-*.prom \
-  2>/dev/null | grep -v "^#" | head -60
+  2>/dev/null | grep -v ":#" | grep -v " 0$" | head -80
 uptime
 cp "$RES"/*.json "$RES"/*.png "$OUT"/ 2>/dev/null
 ls "$OUT"
