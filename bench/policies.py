@@ -7,6 +7,10 @@ written NAME[:DELAY]:
   adaptive:5ms  --batching=adaptive --max_queue_delay=5ms (the bound)
   unbatched     --max_batch_size=1 (the reference for light load)
   target:20ms   --batching=adaptive --latency_target=20ms
+Any of them may end in @PATH: that policy's server is the metalserve binary
+at PATH instead of the build's (e.g. adaptive:2ms@/tmp/before/metalserve),
+so that a change to a policy is measured against the binary before it in
+the same run, interleaved round by round, labelled as written.
 With --rates=R1,R2,... each policy is measured open loop instead: Poisson
 arrivals at each rate (requests/s), latency from the intended send time.
 With --rounds=N every policy is measured N times, the policies interleaved
@@ -20,26 +24,33 @@ throughput, one line per policy (bench/plot.py's plot_policies).
 import datetime
 import json
 import os
+import re
 import sys
 
 DEFAULT = "unbatched,fixed:0ms,fixed:1ms,fixed:2ms,fixed:5ms,adaptive:5ms"
 
 
 def parse(spec):
-    """[(label, extra server flags, max_batch_size or None)] for a spec string."""
+    """[(label, extra server flags, max_batch_size or None, binary or None)]
+    for a spec string."""
     out = []
     for item in spec.split(","):
-        name, _, delay = item.strip().partition(":")
+        label = item.strip()
+        policy, at, binary = label.partition("@")
+        if at and not binary:
+            raise SystemExit(f"--policies: '{item}': '@' needs a metalserve binary after it")
+        binary = binary or None
+        name, _, delay = policy.partition(":")
         if name == "unbatched":
-            out.append(("unbatched", ["--batching=fixed"], 1))
+            out.append((label, ["--batching=fixed"], 1, binary))
         elif name == "target":
             if not delay:
                 raise SystemExit(f"--policies: '{item}' needs a target, e.g. target:20ms")
-            out.append((item.strip(), ["--batching=adaptive", f"--latency_target={delay}"], None))
+            out.append((label, ["--batching=adaptive", f"--latency_target={delay}"], None, binary))
         elif name in ("fixed", "adaptive"):
             if not delay:
                 raise SystemExit(f"--policies: '{item}' needs a delay, e.g. {name}:2ms")
-            out.append((item.strip(), [f"--batching={name}", f"--max_queue_delay={delay}"], None))
+            out.append((label, [f"--batching={name}", f"--max_queue_delay={delay}"], None, binary))
         else:
             raise SystemExit(f"--policies: '{item}': want unbatched, fixed:D, adaptive:D or target:D")
     return out
@@ -102,11 +113,12 @@ def compare(a, server_cls, sweep, host_info, command, run=None):
     rounds = {}
     rounds_n = max(1, getattr(a, "rounds", 1))
     for n in range(rounds_n):
-        for label, flags, max_batch in parse(a.policies):
+        for label, flags, max_batch, binary in parse(a.policies):
             print(f"[policy {label}, round {n + 1} of {rounds_n}]", file=sys.stderr)
             s = server_cls(a, max_batch or a.max_batch_size,
                            "" if max_batch else a.allowed_batch_sizes,
-                           label.replace(":", "-"), a.port, extra=flags)
+                           re.sub(r"[^A-Za-z0-9_.-]", "-", label), a.port, extra=flags,
+                           binary=binary)
             try:
                 if a.rates:
                     got = open_sweep(a, s, [float(r) for r in a.rates.split(",")], run)

@@ -74,11 +74,11 @@ def raw_forward(a, level):
 class Server:
     """build/metalserve on a free loopback port, metrics dumped to a file."""
 
-    def __init__(self, a, max_batch, allowed, tag, port=0, extra=()):
+    def __init__(self, a, max_batch, allowed, tag, port=0, extra=(), binary=None):
         self.port = port or free_port()
         self.dump = os.path.join(a.workdir, f"metrics-{tag}.prom")
         self.log = open(os.path.join(a.workdir, f"server-{tag}.log"), "w")
-        cmd = [os.path.join(a.build, "metalserve"), f"--model={a.model_path}",
+        cmd = [binary or os.path.join(a.build, "metalserve"), f"--model={a.model_path}",
                f"--address=127.0.0.1:{self.port}", "--metrics_address=", "--http_address=",
                f"--metrics_dump={self.dump}", f"--device={a.device}",
                f"--threads={a.threads}", f"--precision={a.precision}",

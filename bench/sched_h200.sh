@@ -17,6 +17,13 @@
 # SWEEP, ROUNDS, POLICIES and TAG override the concurrency levels, rounds,
 # policies and results tag, e.g. one level with more rounds:
 #   SWEEP=64 ROUNDS=3 POLICIES=fixed:0ms,fixed:1ms,adaptive:5ms TAG=c64 bash bench/sched_h200.sh
+# VARIANTS measures candidate versions of one source file (VARIANT_OF)
+# against the tree's in the same run: each FILE in VARIANTS is built in its
+# place into build-gpu/metalserve-NAME (NAME: the file's name without .cc),
+# the tree's file is built back last, and POLICIES names the binaries with
+# @ (bench/policies.py), e.g.
+#   VARIANT_OF=server/batcher/adaptive_policy.cc VARIANTS="ab/lead3.cc" \
+#   POLICIES=fixed:1ms,adaptive:2ms,adaptive:2ms@build-gpu/metalserve-lead3 bash bench/sched_h200.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/sched-out}
@@ -31,6 +38,18 @@ mkdir -p build-gpu/models
 gpu_build_while_exporting --out build-gpu/models --only resnet50 -- metalserve metalserve-bench ||
   exit 1
 [[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
+if [[ -n ${VARIANTS:-} ]]; then
+  cp "$VARIANT_OF" "$RES/tree-source.cc"
+  for v in $VARIANTS; do
+    cp "$v" "$VARIANT_OF"
+    cmake --build build-gpu -j16 --target metalserve >> "$OUT/build.txt" 2>&1 ||
+      { cp "$RES/tree-source.cc" "$VARIANT_OF"; echo "variant $v: build failed"; exit 1; }
+    cp build-gpu/metalserve "build-gpu/metalserve-$(basename "$v" .cc)"
+  done
+  cp "$RES/tree-source.cc" "$VARIANT_OF"
+  cmake --build build-gpu -j16 --target metalserve >> "$OUT/build.txt" 2>&1 || exit 1
+  stamp "variants built: $VARIANTS"
+fi
 python3 bench/run.py --build=build-gpu --model=resnet50 --device=cuda --threads=8 --optimize=auto \
   --max_batch_size=256 --allowed_batch_sizes=1,2,4,8,16,24,32,48,64,96,128,192,256 \
   --sweep=${SWEEP:-1,64,256} --duration=${DURATION:-3} --warmup=${WARMUP:-1} --rounds=${ROUNDS:-2} \

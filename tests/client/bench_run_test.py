@@ -89,9 +89,19 @@ def point(c, rps, p50_us):
 class PoliciesTest(unittest.TestCase):
     def test_spec_becomes_server_flags(self):
         got = policies.parse("unbatched,fixed:2ms,adaptive:5ms")
-        self.assertEqual(got[0], ("unbatched", ["--batching=fixed"], 1))
-        self.assertEqual(got[1], ("fixed:2ms", ["--batching=fixed", "--max_queue_delay=2ms"], None))
+        self.assertEqual(got[0], ("unbatched", ["--batching=fixed"], 1, None))
+        self.assertEqual(got[1], ("fixed:2ms", ["--batching=fixed", "--max_queue_delay=2ms"],
+                                  None, None))
         self.assertEqual(got[2][1], ["--batching=adaptive", "--max_queue_delay=5ms"])
+
+    def test_a_policy_may_name_another_binary(self):
+        got = policies.parse("adaptive:2ms@/tmp/before/metalserve,adaptive:2ms")
+        self.assertEqual(got[0], ("adaptive:2ms@/tmp/before/metalserve",
+                                  ["--batching=adaptive", "--max_queue_delay=2ms"], None,
+                                  "/tmp/before/metalserve"))
+        self.assertIsNone(got[1][3])
+        with self.assertRaisesRegex(SystemExit, "needs a metalserve binary"):
+            policies.parse("fixed:1ms@")
 
     def test_policy_without_delay_or_unknown_is_refused(self):
         with self.assertRaisesRegex(SystemExit, "needs a delay"):
