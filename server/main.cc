@@ -92,6 +92,11 @@ ABSL_FLAG(bool, channels_last, false, "Run 4-D inputs in channels-last memory fo
 ABSL_FLAG(bool, cudnn_benchmark, true,
           "CUDA: let cuDNN time its algorithms for each batch size (faster large "
           "batches; each size's first forward, in load and warm-up, pays it)");
+ABSL_FLAG(bool, cpu_forward_on_caller, true,
+          "On the CPU, an unbatched model (--max_batch_size=1) whose forward runs on one "
+          "intra-op thread runs each request on the batcher's executor thread when the "
+          "device thread is idle, sparing two thread switches (docs/performance.md); "
+          "false, or a batched model: every batch on the device thread");
 ABSL_FLAG(std::string, cuda_sync, "auto",
           "How a thread waits for a CUDA device: auto (CUDA's choice: spin while the "
           "process has fewer contexts than cores), spin, yield, or block (sleep until "
@@ -384,6 +389,7 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   ro.channels_last = absl::GetFlag(FLAGS_channels_last);
   ro.optimize = absl::GetFlag(FLAGS_optimize);
   ro.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
+  ro.cpu_forward_on_caller = absl::GetFlag(FLAGS_cpu_forward_on_caller);
   metalserve::SetCudaSync(
       OrDie(metalserve::ParseCudaSync(absl::GetFlag(FLAGS_cuda_sync)), "--cuda_sync"));
   ro.cache_dir = absl::GetFlag(FLAGS_cache_dir);

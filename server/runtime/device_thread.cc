@@ -57,6 +57,37 @@ absl::Status DeviceThread::RunSync(absl::string_view key, absl::FunctionRef<void
   return accepted;
 }
 
+absl::Status DeviceThread::RunHereIfIdle(absl::string_view key,
+                                         absl::FunctionRef<void()> fn) {
+  if (IsCurrent()) {
+    fn();
+    return absl::OkStatus();
+  }
+  bool idle = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return Refused();
+    idle = running_ == 0 && !held_by_caller_ && queue_.empty();
+    if (idle) {
+      held_by_caller_ = true;
+      ++ran_on_callers_;
+    }
+  }
+  if (!idle) return RunSync(key, fn);
+  const absl::Time start = clock_->TimeNow();
+  fn();
+  const absl::Duration cost = clock_->TimeNow() - start;
+  absl::MutexLock lock(&mu_);
+  queue_.ChargeJoining(key, cost);
+  held_by_caller_ = false;
+  return absl::OkStatus();
+}
+
+int64_t DeviceThread::ran_on_callers() const {
+  absl::MutexLock lock(&mu_);
+  return ran_on_callers_;
+}
+
 void DeviceThread::Shutdown() {
   CHECK(!IsCurrent()) << "DeviceThread " << name_
                       << ": Shutdown or destruction on its own thread";
@@ -75,7 +106,7 @@ bool DeviceThread::accepting() const {
 
 int64_t DeviceThread::pending() const {
   absl::MutexLock lock(&mu_);
-  return queue_.size() + running_;
+  return queue_.size() + running_ + (held_by_caller_ ? 1 : 0);
 }
 
 absl::Duration DeviceThread::virtual_time(absl::string_view key) const {
@@ -97,7 +128,7 @@ void DeviceThread::Loop() {
       running_ = 0;
       mu_.Await(absl::Condition(
           +[](DeviceThread* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-            return t->stopping_ || !t->queue_.empty();
+            return !t->held_by_caller_ && (t->stopping_ || !t->queue_.empty());
           },
           this));
       if (queue_.empty()) return;

@@ -59,6 +59,17 @@ void FairQueue::Charge(absl::string_view key, absl::Duration cost) {
   it->second.v += cost;
 }
 
+void FairQueue::ChargeJoining(absl::string_view key, absl::Duration cost) {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) {
+    it = keys_.emplace(std::string(key), KeyState{}).first;
+    it->second.v = now_;
+  } else if (it->second.queue.empty()) {
+    it->second.v = std::max(it->second.v, now_);
+  }
+  it->second.v += std::max(cost, absl::ZeroDuration());
+}
+
 void FairQueue::DropIdleKeys() {
   for (auto it = keys_.begin(); it != keys_.end();) {
     if (it->second.queue.empty() && it->second.v <= now_) {

@@ -85,6 +85,10 @@ class FairQueue {
   // Adds `cost` (>= 0; negative counts as zero) to the key's virtual time:
   // call after the popped item ran, before the next Pop.
   void Charge(absl::string_view key, absl::Duration cost);
+  // Charges work of `key` that ran without being queued, while no key was
+  // backlogged (DeviceThread::RunHereIfIdle): as Push then Charge would,
+  // v_k = max(v_k, V) + cost.
+  void ChargeJoining(absl::string_view key, absl::Duration cost);
 
   bool empty() const { return size_ == 0; }
   int64_t size() const { return size_; }

@@ -160,7 +160,8 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunHost(
   // Busy for the device's cache policy from here: another model's idle
   // moment must not clear the cache under this batch.
   cache_policy_->WorkStarted();
-  const absl::Status posted = ServeOnDevice([&] { result = Serve(host); });
+  const int64_t rows = host.empty() || host[0].dim() == 0 ? 1 : host[0].size(0);
+  const absl::Status posted = ServeOnDevice(rows, [&] { result = Serve(host); });
   cache_policy_->WorkEnded();
   if (!posted.ok()) return posted;
   if (result.status().code() == absl::StatusCode::kResourceExhausted) {

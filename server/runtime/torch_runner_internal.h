@@ -71,8 +71,16 @@ class TorchRunner final : public Runner {
   absl::Status OnDevice(absl::FunctionRef<void()> fn) { return device_->thread().RunSync(fn); }
   // Runs a batch on the device thread under this model's key, so models
   // sharing the device get fair shares of it (fair_queue.h).
-  absl::Status ServeOnDevice(absl::FunctionRef<void()> fn) {
-    return device_->thread().RunSync(device_key_.empty() ? info_.name : device_key_, fn);
+  // An unbatched model's row that the CPU serves on one intra-op thread
+  // runs on the calling thread when the device is idle (RuntimeOptions::
+  // cpu_forward_on_caller; set up for unbatched models only).
+  absl::Status ServeOnDevice(int64_t rows, absl::FunctionRef<void()> fn) {
+    const std::string& key = device_key_.empty() ? info_.name : device_key_;
+    if (cpu_forward_on_caller_ && rows == 1 && device_->device().is_cpu() &&
+        ServeThreads(rows) <= 1) {
+      return device_->thread().RunHereIfIdle(key, fn);
+    }
+    return device_->thread().RunSync(key, fn);
   }
   absl::Status SetUp(const RuntimeOptions& options);
   void LogReady() const;
@@ -150,6 +158,7 @@ class TorchRunner final : public Runner {
   std::optional<CompiledPackage> package_;  // set instead of module_ for a .pt2
   std::unique_ptr<CacheUser> cache_policy_;  // this runner in its device's policy
   std::string device_key_;  // RuntimeOptions::device_key
+  bool cpu_forward_on_caller_ = true;  // RuntimeOptions::cpu_forward_on_caller
 };
 
 // The comparison settings for a load's verification: each distinct warm-up

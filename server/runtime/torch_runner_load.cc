@@ -196,6 +196,14 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   }
   if (thread == nullptr) thread = DeviceThread::Create(choice.name, {.order = options.device_order});
   device_key_ = options.device_key;
+  // Unbatched models only (warmed up at batch size 1 alone): an executor
+  // busy with a forward forms and answers no batch meanwhile, and with
+  // batching on that measured bimodal, 0.57-0.69x in some rounds
+  // (docs/performance.md).
+  cpu_forward_on_caller_ =
+      options.cpu_forward_on_caller && !options.warmup_batch_sizes.empty() &&
+      *std::max_element(options.warmup_batch_sizes.begin(),
+                        options.warmup_batch_sizes.end()) == 1;
   ASSIGN_OR_RETURN(device_, TorchDevice::Create(std::move(choice), std::move(thread)));
   // OpenMP's thread count is per calling thread: set it where forwards run.
   if (options.threads > 0) {

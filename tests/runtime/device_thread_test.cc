@@ -1,6 +1,7 @@
 // DeviceThread without LibTorch: order, shutdown draining, work refused after
 // shutdown, and two owners sharing one thread. No test sleeps: each waits on
-// a Notification or on the thread's observable state (accepting()).
+// a Notification or on the thread's observable state (accepting(),
+// pending()); two bound a wait for something that must not happen.
 #include "server/runtime/device_thread.h"
 
 #include <atomic>
@@ -214,6 +215,91 @@ TEST(DeviceThreadTest, UnkeyedWorkKeepsSubmissionOrderAmongItself) {
   release.Notify();
   dt->Shutdown();
   EXPECT_THAT(seen, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7, 8, 9));
+}
+
+// RunHereIfIdle on an idle device: fn runs on the calling thread, and its
+// time is charged to its key as a queued item's would be.
+TEST(DeviceThreadTest, RunHereIfIdleRunsOnTheCallerWhenIdleAndChargesItsKey) {
+  SimulatedClock clock;
+  auto dt = DeviceThread::Create("cpu", {.clock = &clock});
+  std::thread::id ran_on;
+  ASSERT_TRUE(dt->RunHereIfIdle("m:1", [&] {
+                  ran_on = std::this_thread::get_id();
+                  EXPECT_EQ(dt->pending(), 1);  // the caller holds the device
+                  clock.AdvanceTime(absl::Milliseconds(5));
+                }).ok());
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(dt->virtual_time("m:1"), absl::Milliseconds(5));
+  EXPECT_EQ(dt->pending(), 0);
+}
+
+// A busy device: RunHereIfIdle queues fn like RunSync, and it runs on the
+// device thread after the work ahead of it.
+TEST(DeviceThreadTest, RunHereIfIdleTakesItsTurnOnTheDeviceThreadWhenBusy) {
+  auto dt = DeviceThread::Create("cpu");
+  std::thread::id device_id;
+  ASSERT_TRUE(dt->RunSync([&] { device_id = std::this_thread::get_id(); }).ok());
+  absl::Notification release;
+  BlockDeviceThread(*dt, release);
+  std::thread::id ran_on;
+  std::thread caller([&] { EXPECT_TRUE(dt->RunHereIfIdle("m:1", [&] {
+                                           ran_on = std::this_thread::get_id();
+                                         }).ok()); });
+  // Observable: queued behind the blocker.
+  while (dt->pending() < 2) std::this_thread::yield();
+  release.Notify();
+  caller.join();
+  EXPECT_EQ(ran_on, device_id);
+}
+
+// While a caller holds the device, submitted work waits for it: the device
+// runs one thing at a time whichever thread runs it. (The bounded wait is
+// for something that must not happen; with the hold missing, the submitted
+// work starts at once and the wait returns true.)
+TEST(DeviceThreadTest, WorkSubmittedWhileACallerHoldsTheDeviceWaitsForIt) {
+  auto dt = DeviceThread::Create("cpu");
+  std::atomic<bool> holding{false};
+  std::atomic<bool> overlapped{false};
+  absl::Notification queued_started;
+  ASSERT_TRUE(dt->RunHereIfIdle("a:1", [&] {
+                  holding = true;
+                  ASSERT_TRUE(dt->Submit("b:1", [&] {
+                                  overlapped = holding.load();
+                                  queued_started.Notify();
+                                }).ok());
+                  EXPECT_FALSE(queued_started.WaitForNotificationWithTimeout(
+                      absl::Milliseconds(200)));
+                  holding = false;
+                }).ok());
+  queued_started.WaitForNotification();
+  EXPECT_FALSE(overlapped.load());
+}
+
+// Shutdown waits for a caller holding the device, then refuses: it drains.
+TEST(DeviceThreadTest, ShutdownWaitsForACallerHoldingTheDeviceThenRefuses) {
+  auto dt = DeviceThread::Create("cpu");
+  absl::Notification inside, release, shut;
+  std::thread holder([&] {
+    EXPECT_TRUE(dt->RunHereIfIdle("a:1", [&] {
+                    inside.Notify();
+                    release.WaitForNotification();
+                  }).ok());
+  });
+  inside.WaitForNotification();
+  std::thread stopper([&] {
+    dt->Shutdown();
+    shut.Notify();
+  });
+  while (dt->accepting()) std::this_thread::yield();
+  EXPECT_FALSE(shut.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  release.Notify();
+  holder.join();
+  stopper.join();
+  EXPECT_TRUE(shut.HasBeenNotified());
+  bool ran = false;
+  EXPECT_EQ(dt->RunHereIfIdle("a:1", [&] { ran = true; }).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(ran);
 }
 
 }  // namespace

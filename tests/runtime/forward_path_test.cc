@@ -153,6 +153,11 @@ TEST(ForwardPathTest, TwoRunnersShareOneDeviceThread) {
   a.forward_observer = log_a.Observer();
   RuntimeOptions b = Options("identity");
   b.device_thread = thread;
+  // Unbatched on the CPU, its one-row forwards could run on the caller while
+  // the device is idle (torch_runner_test.cc,
+  // AnUnbatchedCpuModelRunsOnTheCallerWhileTheDeviceIsIdle); here every
+  // forward goes through the shared thread.
+  b.cpu_forward_on_caller = false;
   b.forward_observer = log_b.Observer();
   const long owners = thread.use_count();  // this test and the two options
   auto runner_a = CreateTorchRunner(a);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -396,6 +397,44 @@ TEST(TorchRunnerTest, CpuMemoryReportsResidentOnlyAndCacheClearingIsNoOp) {
 // Runners on one device join the device's one cache policy (cache_policy.h),
 // by the resolved name, and leave it when freed; the policy goes with the
 // last of them.
+// An unbatched CPU model (warmed up at batch size 1 alone) whose forward
+// runs on one intra-op thread serves on the calling thread while the device
+// thread is idle (no hand-off to it); a batched model, or the switch off,
+// always on the device thread. Either way the answer is the same.
+TEST(TorchRunnerTest, AnUnbatchedCpuModelRunsOnTheCallerWhileTheDeviceIsIdle) {
+  struct Case {
+    std::vector<int64_t> warmup;
+    bool on_caller;
+    int64_t ran_here;
+  };
+  for (const Case& c : {Case{{1}, true, 2}, Case{{1, 4}, true, 0}, Case{{1}, false, 0}}) {
+    SCOPED_TRACE(absl::StrCat("warm-up sizes ", c.warmup.size(), ", on_caller ", c.on_caller));
+    auto thread = DeviceThread::Create("cpu");
+    RuntimeOptions o = Options("identity");
+    o.threads = 1;
+    o.warmup_batch_sizes = c.warmup;
+    o.cpu_forward_on_caller = c.on_caller;
+    o.device_thread = thread;
+    auto runner = MustCreate(o);
+    ASSERT_NE(runner, nullptr);
+    const Tensor row = Floats({1, 4}, {1, 2, 3, 4});
+    // Idle: what the load left on the device thread has finished (observable).
+    while (thread->pending() > 0) std::this_thread::yield();
+    auto out = runner->Run({row});
+    ASSERT_THAT(out, IsOk());
+    EXPECT_EQ((*out)[0].data, row.data);
+    BatchedInput in;
+    in.dtype = DType::kFloat32;
+    in.shape = {1, 4};
+    in.pieces = {row.data};
+    while (thread->pending() > 0) std::this_thread::yield();
+    auto batched = runner->RunBatch({in});
+    ASSERT_THAT(batched, IsOk());
+    EXPECT_EQ((*batched)[0].data, row.data);
+    EXPECT_EQ(thread->ran_on_callers(), c.ran_here);
+  }
+}
+
 TEST(TorchRunnerTest, RunnersOnADeviceShareItsCachePolicy) {
   class NoOps : public DeviceMemoryOps {
    public:
