@@ -11,7 +11,7 @@
 namespace metalserve {
 
 // Sets b's policy, trim_padded_batches, max_request_rows, latency_target and priority fields
-// (levels, bounds, timeouts, share, isolation).
+// (levels, bounds, timeouts, share, isolation) and inline_max_cost.
 void SchedulingFromFlags(BatcherOptions* b);
 // --device_scheduling: the order across models sharing a device thread.
 FairQueue::Order DeviceOrderFromFlags();

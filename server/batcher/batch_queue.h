@@ -248,6 +248,16 @@ struct BatcherOptions {
   // request is refused with INVALID_ARGUMENT. 0: max_queue_size. At most
   // max_queue_size.
   int64_t max_request_rows = 0;
+  // Unbatched calls on the submitting thread (Batcher::Submit): with
+  // max_batch_size 1, a call submitted while nothing of this model is queued
+  // or running, and its device idle (Batcher's device_idle probe), runs on
+  // the thread that submits it (gRPC's, for a gRPC call) instead of being
+  // handed to an executor, when its estimated cost (EstimatedCost(1): the
+  // larger of device time and executor occupancy, once kSubmitterWarmBatches
+  // batches have been measured) is at most this. 0: off (the default here;
+  // metalserve's --inline_max_cost sets it). Needs the cost curve (kAdaptive,
+  // a latency target or priority isolation). >= 0.
+  absl::Duration inline_max_cost = absl::ZeroDuration();
 
   absl::Status Validate() const;
   // The level a request asking for `priority` (0: none) gets, or

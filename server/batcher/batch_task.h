@@ -39,6 +39,11 @@ class BatchTask {
   // Answers the task without running it. Called at most once, never with a
   // batcher lock held.
   virtual void Abort(const absl::Status& status) = 0;
+  // Whether the batcher may run this task on the thread that submits it
+  // (BatcherOptions::inline_max_cost): only a caller whose thread may do
+  // short work before Submit returns, and that touches nothing of the task
+  // after a successful Submit, says yes. Default: no.
+  virtual bool may_run_on_submitter() const { return false; }
 
   // Splits `*self` (this task) into pieces, in row order: the first of at
   // most `first_rows` rows (so that it fills the room left in the batch it

@@ -23,13 +23,14 @@ void AbortAll(std::vector<std::unique_ptr<BatchTask>>& tasks,
 
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
     BatcherOptions options, Clock* clock, ProcessFn process, IdleFn on_idle,
-    absl::Duration idle_tick, DepthFn on_depth) {
+    absl::Duration idle_tick, DepthFn on_depth, DeviceIdleFn device_idle) {
   RETURN_IF_ERROR(options.Validate());
   if (!process) return absl::InvalidArgumentError("batch processor is empty");
   if (clock == nullptr) clock = Clock::RealClock();
   std::unique_ptr<Batcher> b(
       new Batcher(std::move(options), clock, std::move(process),
-                  std::move(on_idle), idle_tick, std::move(on_depth)));
+                  std::move(on_idle), idle_tick, std::move(on_depth),
+                  std::move(device_idle)));
   const int n = b->options_.num_executors;
   for (int i = 0; i < n; ++i) {
     b->executors_.emplace_back([raw = b.get()] { raw->ExecutorLoop(); });
@@ -38,29 +39,56 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(
 }
 
 Batcher::Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
-                 IdleFn on_idle, absl::Duration idle_tick, DepthFn on_depth)
+                 IdleFn on_idle, absl::Duration idle_tick, DepthFn on_depth,
+                 DeviceIdleFn device_idle)
     : options_(options),
       clock_(clock),
       process_(std::move(process)),
       on_idle_(std::move(on_idle)),
       idle_tick_(idle_tick),
       on_depth_(std::move(on_depth)),
+      device_idle_(std::move(device_idle)),
       queue_(std::move(options)) {}
 
 Batcher::~Batcher() { Shutdown(); }
 
 absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
+  // The device probe is asked before the lock (it takes the device's own);
+  // a device that turns busy meanwhile costs this call one wait.
+  const bool inline_candidate = options_.inline_max_cost > absl::ZeroDuration() &&
+                                options_.max_batch_size == 1 && *task != nullptr &&
+                                (*task)->may_run_on_submitter() && device_idle_ &&
+                                device_idle_();
   {
     absl::MutexLock l(&mu_);
     if (stopping_) {
       return absl::UnavailableError("server is shutting down; retry elsewhere");
     }
-    RETURN_IF_ERROR(queue_.Admit(task, clock_->TimeNow()));
+    const bool was_empty = queue_.empty();
+    const absl::Time now = clock_->TimeNow();
+    RETURN_IF_ERROR(queue_.Admit(task, now));
     queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
+    if (inline_candidate && was_empty && MayRunOnSubmitter()) {
+      BatchQueue::PollResult r = queue_.Poll(now, /*draining=*/false);
+      queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
+      if (r.batch.has_value()) ran_on_submitters_.fetch_add(1, std::memory_order_relaxed);
+      RunPolled(std::move(r), now);
+      // A task that Poll left in the queue (none is expected: a batch of one
+      // is full) is the executors' to take.
+      if (!queue_.empty()) ++generation_;
+      return absl::OkStatus();
+    }
     ++generation_;
   }
   ReportDepth();
   return absl::OkStatus();
+}
+
+bool Batcher::MayRunOnSubmitter() const {
+  return queue_.queued_rows() == 1 && batches_in_processor_ == 0 &&
+         batches_done_ >= kSubmitterWarmBatches &&
+         queue_.EstimatedCost(1) > absl::ZeroDuration() &&
+         queue_.EstimatedCost(1) <= options_.inline_max_cost;
 }
 
 void Batcher::ReportDepth() {
@@ -97,6 +125,34 @@ void Batcher::BatchDone(int64_t padded_rows, absl::Duration cost, absl::Time sta
   queue_.SetDeviceFreeAt(device_load_.Done(end, cost));
 }
 
+void Batcher::RunPolled(BatchQueue::PollResult r, absl::Time now) {
+  const bool ran = r.batch.has_value();
+  const int64_t padded = ran ? r.batch->padded_rows : 0;
+  const int64_t rows = ran ? r.batch->rows : 0;
+  const absl::Duration cost = ran ? BatchStarted(padded, now) : absl::ZeroDuration();
+  if (ran) {
+    ++batches_in_processor_;
+    queue_.AddRowsInFlight(rows);
+  }
+  mu_.Unlock();
+  ReportDepth();  // every removal: batch, expiry, cancellation, drain
+  AbortAll(r.expired,
+           absl::DeadlineExceededError(
+               "deadline passed while the request waited in the queue; "
+               "it was not run"));
+  AbortAll(r.cancelled, absl::CancelledError(
+                            "request cancelled by the client before it ran"));
+  if (ran) process_(std::move(*r.batch));
+  mu_.Lock();
+  if (ran) {
+    BatchDone(padded, cost, now, clock_->TimeNow());
+    --batches_in_processor_;
+    ++batches_done_;
+    queue_.AddRowsInFlight(-rows);
+    ++generation_;  // an executor held back by the in-flight limit may go
+  }
+}
+
 void Batcher::ExecutorLoop() {
   absl::Time next_idle_call = absl::InfinitePast();  // due at once when idle
   mu_.Lock();
@@ -111,31 +167,8 @@ void Batcher::ExecutorLoop() {
     const bool have_work =
         r.batch.has_value() || !r.expired.empty() || !r.cancelled.empty();
     if (have_work) {
-      const bool ran = r.batch.has_value();
-      const int64_t padded = ran ? r.batch->padded_rows : 0;
-      const int64_t rows = ran ? r.batch->rows : 0;
-      const absl::Duration cost = ran ? BatchStarted(padded, now) : absl::ZeroDuration();
-      if (ran) {
-        ++batches_in_processor_;
-        queue_.AddRowsInFlight(rows);
-      }
-      mu_.Unlock();
-      ReportDepth();  // every removal: batch, expiry, cancellation, drain
-      AbortAll(r.expired,
-               absl::DeadlineExceededError(
-                   "deadline passed while the request waited in the queue; "
-                   "it was not run"));
-      AbortAll(r.cancelled, absl::CancelledError(
-                                "request cancelled by the client before it ran"));
-      if (r.batch.has_value()) process_(std::move(*r.batch));
+      RunPolled(std::move(r), now);
       next_idle_call = absl::InfinitePast();
-      mu_.Lock();
-      if (ran) {
-        BatchDone(padded, cost, now, clock_->TimeNow());
-        --batches_in_processor_;
-        queue_.AddRowsInFlight(-rows);
-        ++generation_;  // an executor held back by the in-flight limit may go
-      }
       continue;
     }
     if (stopping_ && queue_.empty()) break;

@@ -22,6 +22,20 @@
 //    (ObserveBatchCost), and the batcher times how long each occupied its
 //    executor end to end (the processor's whole call: gathering, forward,
 //    answering); both refine the cost curve.
+//  * Unbatched calls on the submitting thread (BatcherOptions::
+//    inline_max_cost): with max_batch_size 1, Submit runs a task that may
+//    run on its submitter (BatchTask::may_run_on_submitter) itself, before
+//    it returns, when nothing is queued, no batch is in the processor, the
+//    device_idle probe says the device is free, and the measured cost of a
+//    call is at most inline_max_cost; it is then polled, accounted and
+//    processed exactly as an executor would (the same Poll, cost curve and
+//    occupancy). Why: the hand-off to an executor costs two thread switches
+//    per call, more than a small model's forward. Why only short work: the
+//    submitter is gRPC's polling thread, which runs the callbacks of one
+//    poll one after another, so a long run there delays every call that
+//    poll read (measured: a flooded 138 ms model took a light one's p99 from
+//    under 0.6 s to 6.8 s) and holds back the unread-answer guard's
+//    cancellations (docs/performance.md).
 //  * Latency bound for an admitted task: max_queue_delay plus the time until
 //    an executor is free, plus the batch's compute time.
 //
@@ -67,19 +81,32 @@ class Batcher {
   // the queue's lock, from Submit's caller or an executor; must be quick and
   // must not call back into the batcher.
   using DepthFn = std::function<void(int64_t queued_rows)>;
+  // Whether the processor's device is free now, so that a call run on its
+  // submitter waits for no other work (see inline_max_cost). Called without
+  // the batcher's lock; must be quick. Null: never free (nothing runs on a
+  // submitter).
+  using DeviceIdleFn = std::function<bool()>;
+  // Batches the executors must have measured before a call may run on its
+  // submitter (its occupancy then comes from measurement, not the warm-up's
+  // device time alone).
+  static constexpr int64_t kSubmitterWarmBatches = 8;
 
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(
       BatcherOptions options, Clock* clock, ProcessFn process,
       IdleFn on_idle = nullptr, absl::Duration idle_tick = absl::Seconds(1),
-      DepthFn on_depth = nullptr);
+      DepthFn on_depth = nullptr, DeviceIdleFn device_idle = nullptr);
   ~Batcher();
 
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
   // Takes ownership of `*task` on success. On failure `*task` is left with
-  // the caller, who answers it with the returned status.
+  // the caller, who answers it with the returned status. A task that may run
+  // on its submitter may have been run and answered before Submit returns
+  // (see inline_max_cost above).
   absl::Status Submit(std::unique_ptr<BatchTask>* task);
+  // Tasks run on their submitter's thread so far.
+  int64_t ran_on_submitters() const { return ran_on_submitters_.load(std::memory_order_relaxed); }
 
   // Stops admitting, drains every admitted task through the processor and
   // joins the executors. Idempotent.
@@ -97,8 +124,16 @@ class Batcher {
 
  private:
   Batcher(BatcherOptions options, Clock* clock, ProcessFn process,
-          IdleFn on_idle, absl::Duration idle_tick, DepthFn on_depth);
+          IdleFn on_idle, absl::Duration idle_tick, DepthFn on_depth,
+          DeviceIdleFn device_idle);
   void ExecutorLoop();
+  // Whether a task just admitted (the queue's only one) may run on its
+  // submitter now; see inline_max_cost.
+  bool MayRunOnSubmitter() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs what a Poll at `now` returned: aborts the dead, hands the batch (if
+  // any) to the processor with the cost curve's bookkeeping. Called with mu_
+  // held; releases it while the processor runs; returns with it held.
+  void RunPolled(BatchQueue::PollResult r, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The adaptive policy's view of the executors: a batch of `padded_rows`
   // handed to the processor at `now`, and one handed over at `start` that
   // came back at `end` (its occupancy). BatchStarted returns the batch's
@@ -116,6 +151,10 @@ class Batcher {
   const IdleFn on_idle_;
   const absl::Duration idle_tick_;
   const DepthFn on_depth_;
+  const DeviceIdleFn device_idle_;
+  std::atomic<int64_t> ran_on_submitters_{0};
+  // Batches the processor returned (their occupancy measured).
+  int64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
   // Serialises on_depth_ calls, each of which reads queued_rows_ under it:
   // whichever call comes last reports the latest depth.
   absl::Mutex depth_mu_;

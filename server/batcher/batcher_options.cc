@@ -125,6 +125,10 @@ absl::Status BatcherOptions::Validate() const {
         absl::StrCat("max_queue_size (", max_queue_size,
                      " rows) must be >= max_batch_size (", max_batch_size, ")"));
   }
+  if (inline_max_cost < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inline_max_cost must be >= 0, got ", absl::FormatDuration(inline_max_cost)));
+  }
   if (max_request_rows < 0 || max_request_rows > max_queue_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_request_rows must be in [0, max_queue_size = ", max_queue_size,

@@ -83,6 +83,11 @@ absl::Status DeviceThread::RunHereIfIdle(absl::string_view key,
   return absl::OkStatus();
 }
 
+bool DeviceThread::Idle() const {
+  absl::MutexLock lock(&mu_);
+  return !stopping_ && running_ == 0 && !held_by_caller_ && queue_.empty();
+}
+
 int64_t DeviceThread::ran_on_callers() const {
   absl::MutexLock lock(&mu_);
   return ran_on_callers_;

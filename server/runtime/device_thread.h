@@ -111,6 +111,9 @@ class DeviceThread {
   bool accepting() const;
   // Items accepted and not yet finished (queued plus the one running).
   int64_t pending() const;
+  // Nothing running, queued or held by a caller, and accepting: work given
+  // now would start at once (a hint: it may change right after).
+  bool Idle() const;
   const std::string& name() const { return name_; }
   FairQueue::Order order() const { return order_; }
   // fair_queue.h's v_k of `key`: the device time charged to it, raised to

@@ -176,6 +176,13 @@ class Runner {
   // Called by the executor between batches (never during one). `idle` is
   // true when no batch is waiting. Implementations apply their cache policy.
   virtual void BetweenBatches(bool idle) = 0;
+
+  // Whether a batch handed to this runner now would start at once, waiting
+  // for no other work on its device (nothing running or queued there): the
+  // batcher runs a short unbatched call on the thread that received it only
+  // then (BatcherOptions::inline_max_cost). A hint, read without holding
+  // the device. Default false: never.
+  virtual bool DeviceIdle() const { return false; }
 };
 
 }  // namespace metalserve

@@ -62,6 +62,7 @@ class TorchRunner final : public Runner {
       const std::vector<BatchedInput>& inputs) override;
   MemoryStats Memory() override { return device_->Stats(); }
   void BetweenBatches(bool idle) override { cache_policy_->BetweenBatches(idle); }
+  bool DeviceIdle() const override { return device_->thread().Idle(); }
 
  private:
   TorchRunner() = default;

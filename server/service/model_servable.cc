@@ -100,7 +100,8 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
   ASSIGN_OR_RETURN(s->batcher_,
                    Batcher::Create(std::move(batching), clock,
                                    [executor](Batch b) { executor->Process(std::move(b)); },
-                                   on_idle, absl::Seconds(1), on_depth));
+                                   on_idle, absl::Seconds(1), on_depth,
+                                   [r] { return r->DeviceIdle(); }));
   return s;
 }
 

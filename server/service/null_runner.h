@@ -47,6 +47,7 @@ class NullRunner final : public Runner {
       const std::vector<BatchedInput>& inputs) override;
   MemoryStats Memory() override { return MemoryStats{}; }
   void BetweenBatches(bool /*idle*/) override {}
+  bool DeviceIdle() const override { return true; }  // no device
 
  private:
   explicit NullRunner(ModelInfo info) : info_(std::move(info)) {}

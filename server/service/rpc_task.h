@@ -116,6 +116,9 @@ class RpcInferTask : public InferTask {
   const std::vector<InputView>& inputs() const override { return inputs_; }
   void Abort(const absl::Status& status) override { Complete(status, RunStats{}); }
   int priority() const override { return priority_; }
+  // The gRPC handlers touch nothing of the task after Submit, and a call
+  // finished inside its handler is answered as one refused there is.
+  bool may_run_on_submitter() const override { return true; }
   // The priority the request asked for (0: none); the batcher checks it.
   void set_priority(int priority) { priority_ = priority; }
 

@@ -45,6 +45,8 @@ class FakeTask final : public BatchTask {
   }
   int priority() const override { return priority_; }
   void set_priority(int priority) { priority_ = priority; }
+  bool may_run_on_submitter() const override { return on_submitter_; }
+  void set_may_run_on_submitter(bool yes) { on_submitter_ = yes; }
   int id() const { return id_; }
   TaskOutcome& outcome() { return *outcome_; }
 
@@ -55,6 +57,7 @@ class FakeTask final : public BatchTask {
   absl::Time deadline_;
   int id_;
   int priority_ = 0;
+  bool on_submitter_ = false;
 };
 
 // A task of `rows` rows asking for `priority`, with its id to tell it apart.

@@ -1,0 +1,219 @@
+// Unbatched calls run on the submitting thread (BatcherOptions::
+// inline_max_cost): when they do, and every case in which the call is handed
+// to an executor instead. Simulated clock: a batch's occupancy is the time
+// the processor advances it by.
+#include <atomic>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "server/batcher/batcher.h"
+#include "tests/batcher/fake_task.h"
+#include "tests/testing/simulated_clock.h"
+#include "tests/testing/status_matchers.h"
+
+namespace metalserve {
+namespace {
+
+using ::metalserve::testing::IsOk;
+
+// Runs each batch "for" `took` of simulated time, noting the thread it ran
+// on; a batch of key "hold" waits until Release().
+class ThreadRecordingProcessor {
+ public:
+  ThreadRecordingProcessor(SimulatedClock* clock, absl::Duration took)
+      : clock_(clock), took_(took) {}
+  Batcher::ProcessFn Fn() {
+    return [this](Batch batch) {
+      if (batch.tasks.front()->batch_key() == "hold") {
+        absl::MutexLock l(&mu_);
+        holding_ = true;
+        mu_.Await(absl::Condition(&released_));
+      }
+      clock_->AdvanceTime(took_);
+      {
+        absl::MutexLock l(&mu_);
+        threads_.push_back(std::this_thread::get_id());
+        for (auto& t : batch.tasks) {
+          ran_on_[&static_cast<FakeTask&>(*t).outcome()] = std::this_thread::get_id();
+        }
+      }
+      for (auto& t : batch.tasks) static_cast<FakeTask&>(*t).outcome().MarkRun();
+    };
+  }
+  // Whether the task of `outcome` ran on the calling thread.
+  bool RanHere(const TaskOutcome* outcome) {
+    absl::MutexLock l(&mu_);
+    auto it = ran_on_.find(outcome);
+    return it != ran_on_.end() && it->second == std::this_thread::get_id();
+  }
+  std::thread::id last_thread() {
+    absl::MutexLock l(&mu_);
+    return threads_.back();
+  }
+  void WaitHolding() {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(&holding_));
+  }
+  void Release() {
+    absl::MutexLock l(&mu_);
+    released_ = true;
+  }
+
+ private:
+  SimulatedClock* const clock_;
+  const absl::Duration took_;
+  absl::Mutex mu_;
+  std::vector<std::thread::id> threads_ ABSL_GUARDED_BY(mu_);
+  std::map<const TaskOutcome*, std::thread::id> ran_on_ ABSL_GUARDED_BY(mu_);
+  bool holding_ ABSL_GUARDED_BY(mu_) = false;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+BatcherOptions Unbatched(absl::Duration inline_max_cost) {
+  BatcherOptions o;
+  o.policy = BatchingPolicy::kAdaptive;
+  o.max_batch_size = 1;
+  o.max_queue_delay = absl::Milliseconds(2);
+  o.max_queue_size = 64;
+  o.batch_costs = {{1, absl::Microseconds(20)}};  // the warm-up's device time
+  o.inline_max_cost = inline_max_cost;
+  return o;
+}
+
+struct Call {
+  std::shared_ptr<TaskOutcome> outcome = std::make_shared<TaskOutcome>();
+  bool answered_in_submit = false;
+  bool ran_here = false;  // on the submitting thread
+};
+
+// Submits one task that may run on its submitter (unless `allow` is false)
+// and notes whether it was answered before Submit returned.
+Call SubmitOne(Batcher& b, ThreadRecordingProcessor& proc, absl::string_view key = "k",
+              bool allow = true) {
+  Call c;
+  auto task = std::make_unique<FakeTask>(1, std::string(key), c.outcome);
+  task->set_may_run_on_submitter(allow);
+  std::unique_ptr<BatchTask> owned = std::move(task);
+  EXPECT_THAT(b.Submit(&owned), IsOk());
+  c.answered_in_submit = c.outcome->answered.HasBeenNotified();
+  c.ran_here = proc.RanHere(c.outcome.get());
+  return c;
+}
+
+// Runs kSubmitterWarmBatches calls through the executor, one at a time,
+// each finished (its occupancy recorded) before the next.
+void Warm(Batcher& b, ThreadRecordingProcessor& proc, SimulatedClock& clock) {
+  for (int i = 0; i < Batcher::kSubmitterWarmBatches; ++i) {
+    Call c = SubmitOne(b, proc);
+    c.outcome->answered.WaitForNotification();
+    clock.BlockUntilWaiters(1);  // the executor is back, the batch accounted
+    EXPECT_FALSE(c.ran_here) << "call " << i << " before the occupancy was measured";
+  }
+}
+
+TEST(SubmitterRunTest, AMeasuredCheapLoneCallRunsOnTheSubmittingThread) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  auto batcher = *Batcher::Create(Unbatched(absl::Microseconds(100)), &clock, proc.Fn(), nullptr,
+                                  absl::Seconds(1), nullptr, [] { return true; });
+  Warm(*batcher, proc, clock);
+  EXPECT_NE(proc.last_thread(), std::this_thread::get_id());
+  EXPECT_EQ(batcher->ran_on_submitters(), 0);
+
+  for (int i = 0; i < 3; ++i) {
+    Call c = SubmitOne(*batcher, proc);
+    EXPECT_TRUE(c.ran_here) << i;
+    EXPECT_TRUE(c.answered_in_submit) << i;
+    EXPECT_EQ(c.outcome->runs.load(), 1);
+    EXPECT_EQ(proc.last_thread(), std::this_thread::get_id());
+  }
+  EXPECT_EQ(batcher->ran_on_submitters(), 3);
+  EXPECT_EQ(batcher->queued_rows(), 0);
+}
+
+TEST(SubmitterRunTest, AboveTheBoundTheCallGoesToAnExecutor) {
+  SimulatedClock clock;
+  // Occupancy 300 us: above the bound, although the device time (20 us) is not.
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(300));
+  auto batcher = *Batcher::Create(Unbatched(absl::Microseconds(100)), &clock, proc.Fn(), nullptr,
+                                  absl::Seconds(1), nullptr, [] { return true; });
+  Warm(*batcher, proc, clock);
+  Call c = SubmitOne(*batcher, proc);
+  c.outcome->answered.WaitForNotification();
+  EXPECT_FALSE(c.ran_here);
+  EXPECT_NE(proc.last_thread(), std::this_thread::get_id());
+  EXPECT_EQ(batcher->ran_on_submitters(), 0);
+}
+
+TEST(SubmitterRunTest, ABusyDeviceATaskThatDeclinesOrAnOffSwitchHandsTheCallOver) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  std::atomic<bool> device_idle{true};
+  auto batcher = *Batcher::Create(Unbatched(absl::Microseconds(100)), &clock, proc.Fn(), nullptr,
+                                  absl::Seconds(1), nullptr,
+                                  [&] { return device_idle.load(); });
+  Warm(*batcher, proc, clock);
+  auto expect_executor = [&](Call c, const char* why) {
+    c.outcome->answered.WaitForNotification();
+    clock.BlockUntilWaiters(1);
+    EXPECT_FALSE(c.ran_here) << why;
+    EXPECT_NE(proc.last_thread(), std::this_thread::get_id()) << why;
+  };
+  device_idle = false;
+  expect_executor(SubmitOne(*batcher, proc), "device busy");
+  device_idle = true;
+  expect_executor(SubmitOne(*batcher, proc, "k", /*allow=*/false), "task declines");
+  EXPECT_EQ(batcher->ran_on_submitters(), 0);
+  // The same conditions otherwise: it runs here.
+  EXPECT_TRUE(SubmitOne(*batcher, proc).ran_here);
+
+  // Off (0), or a batched model: never, whatever was measured.
+  for (BatcherOptions o : {Unbatched(absl::ZeroDuration()), Unbatched(absl::Microseconds(100))}) {
+    if (o.inline_max_cost > absl::ZeroDuration()) {
+      o.max_batch_size = 4;
+      o.max_queue_delay = absl::ZeroDuration();
+      o.batch_costs = {{4, absl::Microseconds(20)}};
+    }
+    SimulatedClock c2;
+    ThreadRecordingProcessor p2(&c2, absl::Microseconds(30));
+    auto b2 = *Batcher::Create(o, &c2, p2.Fn(), nullptr, absl::Seconds(1), nullptr,
+                               [] { return true; });
+    for (int i = 0; i < 2 * Batcher::kSubmitterWarmBatches; ++i) {
+      Call c = SubmitOne(*b2, p2);
+      c.outcome->answered.WaitForNotification();
+      c2.BlockUntilWaiters(1);
+      EXPECT_FALSE(c.ran_here) << "max_batch_size " << o.max_batch_size << " call " << i;
+    }
+    EXPECT_EQ(b2->ran_on_submitters(), 0);
+  }
+}
+
+TEST(SubmitterRunTest, ACallArrivingWhileABatchRunsWaitsForTheExecutor) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  auto batcher = *Batcher::Create(Unbatched(absl::Microseconds(100)), &clock, proc.Fn(), nullptr,
+                                  absl::Seconds(1), nullptr, [] { return true; });
+  Warm(*batcher, proc, clock);
+  // Declines the submitter's thread: held there, it would block this test.
+  Call held = SubmitOne(*batcher, proc, "hold", /*allow=*/false);
+  proc.WaitHolding();
+  // One batch in the processor: the next call queues for the executor, and
+  // it is not run here (nor meanwhile: one executor, held).
+  Call next = SubmitOne(*batcher, proc);
+  EXPECT_FALSE(next.ran_here);
+  EXPECT_FALSE(next.answered_in_submit);
+  EXPECT_EQ(batcher->queued_rows(), 1);
+  proc.Release();
+  held.outcome->answered.WaitForNotification();
+  next.outcome->answered.WaitForNotification();
+  EXPECT_EQ(next.outcome->runs.load(), 1);
+  EXPECT_NE(proc.last_thread(), std::this_thread::get_id());
+}
+
+}  // namespace
+}  // namespace metalserve
