@@ -98,6 +98,9 @@ struct Batch {
   // Rows the adaptive policy's cut back from padding left queued for a
   // later batch (batch_queue.h, "Cut back from padding"); 0: not cut.
   int64_t rows_left_by_cut = 0;
+  // Run on the thread that submitted its one task (BatcherOptions::
+  // inline_max_cost), not an executor's.
+  bool on_submitter = false;
 };
 
 }  // namespace metalserve

@@ -71,7 +71,10 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
     if (inline_candidate && was_empty && MayRunOnSubmitter()) {
       BatchQueue::PollResult r = queue_.Poll(now, /*draining=*/false);
       queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
-      if (r.batch.has_value()) ran_on_submitters_.fetch_add(1, std::memory_order_relaxed);
+      if (r.batch.has_value()) {
+        r.batch->on_submitter = true;
+        ran_on_submitters_.fetch_add(1, std::memory_order_relaxed);
+      }
       RunPolled(std::move(r), now);
       // A task that Poll left in the queue (none is expected: a batch of one
       // is full) is the executors' to take.

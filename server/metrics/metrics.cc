@@ -317,6 +317,7 @@ class ModelMetricsImpl final : public ModelMetrics {
     series_.cut_batches->Increment();
     series_.cut_rows->Increment(static_cast<double>(rows_left));
   }
+  void BatchInline() override { series_.inline_batches->Increment(); }
   void SetQueueDepth(int64_t rows) override {
     series_.queue_depth->Set(static_cast<double>(rows));
   }

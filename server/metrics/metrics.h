@@ -27,6 +27,11 @@
 //   batch_cut_rows_total                   adaptive policy cut back from
 //                                          padding, and the rows they left
 //                                          queued for a later batch
+//   batches_inline_total                   [model] counter: batches (calls)
+//                                          run on the thread that received
+//                                          them (BatcherOptions::
+//                                          inline_max_cost), also in
+//                                          batches_total
 //   queue_depth_rows                       [model] gauge
 //   device_batches_total{device},          [model] counters per device that
 //   device_batch_rows_total{device},       ran the version's batches (a
@@ -185,6 +190,9 @@ class ModelMetrics {
   // for a later batch: batches_cut_total and batch_cut_rows_total.
   // Default: nothing (fakes).
   virtual void BatchCut(int64_t /*rows_left*/) {}
+  // A batch run on the thread that received its call, not an executor's:
+  // batches_inline_total. Default: nothing (fakes).
+  virtual void BatchInline() {}
   // A batch of `rows` rows (padding included) that `device` ran
   // successfully, its forward taking `took`: device_batches_total,
   // device_batch_rows_total and device_busy_seconds_total. A hybrid model's

@@ -103,6 +103,13 @@ BatchFamilies::BatchFamilies(prometheus::Registry& registry)
                    .Help("Rows the batches in metalserve_batches_cut_total left queued for "
                          "a later batch, by model version.")
                    .Register(registry)),
+      inline_batches(prometheus::BuildCounter()
+                         .Name("metalserve_batches_inline_total")
+                         .Help("Batches of an unbatched model run on the gRPC thread that "
+                               "received the call instead of a batcher executor "
+                               "(--inline_max_cost), by model version; also counted in "
+                               "metalserve_batches_total.")
+                         .Register(registry)),
       batches(prometheus::BuildCounter()
                   .Name("metalserve_batches_total")
                   .Help("Batches run, by model version and the reason the batch closed.")

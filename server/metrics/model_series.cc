@@ -74,6 +74,7 @@ std::unique_ptr<ModelSeries> ModelSeriesSet::Create(const Key& key) const {
   s->padding_rows = &batches_->padding_rows.Add(labels);
   s->cut_batches = &batches_->cut_batches.Add(labels);
   s->cut_rows = &batches_->cut_rows.Add(labels);
+  s->inline_batches = &batches_->inline_batches.Add(labels);
   for (size_t r = 0; r < kBatchReasons.size(); ++r) {
     s->reasons[r] = &batches_->batches.Add(with("reason", kBatchReasons[r]));
   }
@@ -92,6 +93,7 @@ void ModelSeriesSet::Remove(const ModelSeries& s) const {
   batches_->padding_rows.Remove(s.padding_rows);
   batches_->cut_batches.Remove(s.cut_batches);
   batches_->cut_rows.Remove(s.cut_rows);
+  batches_->inline_batches.Remove(s.inline_batches);
   for (prometheus::Counter* c : s.reasons) batches_->batches.Remove(c);
   batches_->queue_depth.Remove(s.queue_depth);
   if (s.queue_capacity != nullptr) batches_->queue_capacity.Remove(s.queue_capacity);

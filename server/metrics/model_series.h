@@ -53,6 +53,7 @@ struct ModelSeries {
   prometheus::Counter* padding_rows = nullptr;
   prometheus::Counter* cut_batches = nullptr;
   prometheus::Counter* cut_rows = nullptr;
+  prometheus::Counter* inline_batches = nullptr;
   std::array<prometheus::Counter*, kBatchReasons.size()> reasons{};
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Gauge* queue_capacity = nullptr;  // null: no capacity given

@@ -109,6 +109,7 @@ void BatchExecutor::Process(Batch batch) {
   ReleaseDeviceSlot();
   if (metrics_ != nullptr) {
     if (batch.rows_left_by_cut > 0) metrics_->BatchCut(batch.rows_left_by_cut);
+    if (batch.on_submitter) metrics_->BatchInline();
     metrics_->BatchCompleted(batch.rows, batch.padded_rows - batch.rows,
                              CloseReasonName(batch.reason),
                              clock_->TimeNow() - start);

@@ -40,6 +40,7 @@ class ThreadRecordingProcessor {
         threads_.push_back(std::this_thread::get_id());
         for (auto& t : batch.tasks) {
           ran_on_[&static_cast<FakeTask&>(*t).outcome()] = std::this_thread::get_id();
+          marked_[&static_cast<FakeTask&>(*t).outcome()] = batch.on_submitter;
         }
       }
       for (auto& t : batch.tasks) static_cast<FakeTask&>(*t).outcome().MarkRun();
@@ -50,6 +51,11 @@ class ThreadRecordingProcessor {
     absl::MutexLock l(&mu_);
     auto it = ran_on_.find(outcome);
     return it != ran_on_.end() && it->second == std::this_thread::get_id();
+  }
+  // Batch::on_submitter of the batch that ran the task of `outcome`.
+  bool Marked(const TaskOutcome* outcome) {
+    absl::MutexLock l(&mu_);
+    return marked_.at(outcome);
   }
   std::thread::id last_thread() {
     absl::MutexLock l(&mu_);
@@ -70,6 +76,7 @@ class ThreadRecordingProcessor {
   absl::Mutex mu_;
   std::vector<std::thread::id> threads_ ABSL_GUARDED_BY(mu_);
   std::map<const TaskOutcome*, std::thread::id> ran_on_ ABSL_GUARDED_BY(mu_);
+  std::map<const TaskOutcome*, bool> marked_ ABSL_GUARDED_BY(mu_);
   bool holding_ ABSL_GUARDED_BY(mu_) = false;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -113,6 +120,7 @@ void Warm(Batcher& b, ThreadRecordingProcessor& proc, SimulatedClock& clock) {
     c.outcome->answered.WaitForNotification();
     clock.BlockUntilWaiters(1);  // the executor is back, the batch accounted
     EXPECT_FALSE(c.ran_here) << "call " << i << " before the occupancy was measured";
+    EXPECT_FALSE(proc.Marked(c.outcome.get())) << i;
   }
 }
 
@@ -129,6 +137,7 @@ TEST(SubmitterRunTest, AMeasuredCheapLoneCallRunsOnTheSubmittingThread) {
     Call c = SubmitOne(*batcher, proc);
     EXPECT_TRUE(c.ran_here) << i;
     EXPECT_TRUE(c.answered_in_submit) << i;
+    EXPECT_TRUE(proc.Marked(c.outcome.get())) << i;  // the metrics count it
     EXPECT_EQ(c.outcome->runs.load(), 1);
     EXPECT_EQ(proc.last_thread(), std::this_thread::get_id());
   }

@@ -69,6 +69,7 @@ TEST(ModelMetricsTest, CreatesEveryInferenceSeriesAtZeroWhenAVersionLoads) {
   EXPECT_THAT(Sample(s, A1("metalserve_batch_padding_rows_total")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_cut_total")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batch_cut_rows_total")), Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, A1("metalserve_batches_inline_total")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_queue_depth_rows")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_queue_capacity_rows")), Optional(Eq(64)));
 }
@@ -88,6 +89,7 @@ TEST(ModelMetricsTest, RecordsRequestsAndBatchesUnderTheirVersionOnly) {
   a->BatchCompleted(1, 0, "some_new_reason", absl::Milliseconds(20));
   a->BatchCut(26);
   a->BatchCut(4);
+  a->BatchInline();
   a->SetQueueDepth(12);
   const std::string s = metrics->Scrape();
   EXPECT_THAT(Sample(s, A1("metalserve_requests_total", R"(code="OK",method="Predict")")),
@@ -112,6 +114,9 @@ TEST(ModelMetricsTest, RecordsRequestsAndBatchesUnderTheirVersionOnly) {
   EXPECT_THAT(Sample(s, A1("metalserve_batches_cut_total")), Optional(Eq(2)));
   EXPECT_THAT(Sample(s, A1("metalserve_batch_cut_rows_total")), Optional(Eq(30)));
   EXPECT_THAT(Sample(s, R"(metalserve_batches_cut_total{model="b",version="7"})"),
+              Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, A1("metalserve_batches_inline_total")), Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, R"(metalserve_batches_inline_total{model="b",version="7"})"),
               Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_total", R"(reason="full")")), Optional(Eq(1)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_total", R"(reason="other")")), Optional(Eq(1)));
