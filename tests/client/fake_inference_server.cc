@@ -89,11 +89,16 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
       }
     }
     if (due <= now) {
+      {
+        absl::MutexLock l(&mu_);
+        ++registered_;
+      }
       Finished(1);
       reactor->Finish(status);
     } else {
       absl::MutexLock l(&mu_);
       pending_.push({due, reactor, std::move(status)});
+      ++registered_;  // AwaitReceived: only now may a test move the clock
     }
     return reactor;
   }
@@ -163,6 +168,10 @@ class FakeInferenceServer::Impl final : public v1::Inference::CallbackService {
   std::optional<std::pair<absl::Time, absl::Time>> stall_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Calls whose answer is scheduled (pending_) or given: a call counts in
+  // arrivals_ first, and a test that moved the clock between the two would
+  // see it answered a step late.
+  int64_t registered_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread timer_;
 };
@@ -204,7 +213,7 @@ bool FakeInferenceServer::AwaitReceived(int64_t n,
                                         absl::Duration timeout) const {
   absl::MutexLock l(&impl_->mu_);
   auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl_->mu_) {
-    return static_cast<int64_t>(impl_->arrivals_.size()) >= n;
+    return impl_->registered_ >= n;
   };
   return impl_->mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
 }

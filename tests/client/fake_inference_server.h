@@ -74,7 +74,8 @@ class FakeInferenceServer {
   std::shared_ptr<grpc::Channel> NewChannel() const;
 
   int64_t received() const;
-  // Blocks until at least `n` Predict calls have arrived, or (false) until
+  // Blocks until at least `n` Predict calls have arrived and their answers
+  // are scheduled (so a clock moved next answers them), or (false) until
   // `timeout` of real time, a safety bound, has passed.
   bool AwaitReceived(int64_t n,
                      absl::Duration timeout = absl::Seconds(20)) const;
