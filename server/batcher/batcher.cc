@@ -88,10 +88,12 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
 }
 
 bool Batcher::MayRunOnSubmitter() const {
-  return queue_.queued_rows() == 1 && batches_in_processor_ == 0 &&
-         batches_done_ >= kSubmitterWarmBatches &&
-         queue_.EstimatedCost(1) > absl::ZeroDuration() &&
-         queue_.EstimatedCost(1) <= options_.inline_max_cost;
+  if (queue_.queued_rows() != 1 || batches_in_processor_ > 0 ||
+      batches_done_ < kSubmitterWarmBatches) {
+    return false;
+  }
+  const absl::Duration cost = queue_.EstimatedCost(1);
+  return cost > absl::ZeroDuration() && cost <= options_.inline_max_cost;
 }
 
 void Batcher::ReportDepth() {

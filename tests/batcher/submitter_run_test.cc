@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -92,6 +93,15 @@ BatcherOptions Unbatched(absl::Duration inline_max_cost) {
   return o;
 }
 
+// A batcher over `proc` on `clock` whose device is idle unless `device_idle`
+// says otherwise.
+std::unique_ptr<Batcher> MakeBatcher(
+    const BatcherOptions& o, SimulatedClock& clock, ThreadRecordingProcessor& proc,
+    Batcher::DeviceIdleFn device_idle = [] { return true; }) {
+  return *Batcher::Create(o, &clock, proc.Fn(), nullptr, absl::Seconds(1), nullptr,
+                          std::move(device_idle));
+}
+
 struct Call {
   std::shared_ptr<TaskOutcome> outcome = std::make_shared<TaskOutcome>();
   bool answered_in_submit = false;
@@ -127,8 +137,7 @@ void Warm(Batcher& b, ThreadRecordingProcessor& proc, SimulatedClock& clock) {
 TEST(SubmitterRunTest, AMeasuredCheapLoneCallRunsOnTheSubmittingThread) {
   SimulatedClock clock;
   ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
-  auto batcher = *Batcher::Create(Unbatched(absl::Microseconds(100)), &clock, proc.Fn(), nullptr,
-                                  absl::Seconds(1), nullptr, [] { return true; });
+  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc);
   Warm(*batcher, proc, clock);
   EXPECT_NE(proc.last_thread(), std::this_thread::get_id());
   EXPECT_EQ(batcher->ran_on_submitters(), 0);
@@ -149,8 +158,7 @@ TEST(SubmitterRunTest, AboveTheBoundTheCallGoesToAnExecutor) {
   SimulatedClock clock;
   // Occupancy 300 us: above the bound, although the device time (20 us) is not.
   ThreadRecordingProcessor proc(&clock, absl::Microseconds(300));
-  auto batcher = *Batcher::Create(Unbatched(absl::Microseconds(100)), &clock, proc.Fn(), nullptr,
-                                  absl::Seconds(1), nullptr, [] { return true; });
+  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc);
   Warm(*batcher, proc, clock);
   Call c = SubmitOne(*batcher, proc);
   c.outcome->answered.WaitForNotification();
@@ -163,9 +171,8 @@ TEST(SubmitterRunTest, ABusyDeviceATaskThatDeclinesOrAnOffSwitchHandsTheCallOver
   SimulatedClock clock;
   ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
   std::atomic<bool> device_idle{true};
-  auto batcher = *Batcher::Create(Unbatched(absl::Microseconds(100)), &clock, proc.Fn(), nullptr,
-                                  absl::Seconds(1), nullptr,
-                                  [&] { return device_idle.load(); });
+  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc,
+                             [&] { return device_idle.load(); });
   Warm(*batcher, proc, clock);
   auto expect_executor = [&](Call c, const char* why) {
     c.outcome->answered.WaitForNotification();
@@ -190,8 +197,7 @@ TEST(SubmitterRunTest, ABusyDeviceATaskThatDeclinesOrAnOffSwitchHandsTheCallOver
     }
     SimulatedClock c2;
     ThreadRecordingProcessor p2(&c2, absl::Microseconds(30));
-    auto b2 = *Batcher::Create(o, &c2, p2.Fn(), nullptr, absl::Seconds(1), nullptr,
-                               [] { return true; });
+    auto b2 = MakeBatcher(o, c2, p2);
     for (int i = 0; i < 2 * Batcher::kSubmitterWarmBatches; ++i) {
       Call c = SubmitOne(*b2, p2);
       c.outcome->answered.WaitForNotification();
@@ -205,8 +211,7 @@ TEST(SubmitterRunTest, ABusyDeviceATaskThatDeclinesOrAnOffSwitchHandsTheCallOver
 TEST(SubmitterRunTest, ACallArrivingWhileABatchRunsWaitsForTheExecutor) {
   SimulatedClock clock;
   ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
-  auto batcher = *Batcher::Create(Unbatched(absl::Microseconds(100)), &clock, proc.Fn(), nullptr,
-                                  absl::Seconds(1), nullptr, [] { return true; });
+  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc);
   Warm(*batcher, proc, clock);
   // Declines the submitter's thread: held there, it would block this test.
   Call held = SubmitOne(*batcher, proc, "hold", /*allow=*/false);
