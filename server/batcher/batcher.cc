@@ -55,10 +55,10 @@ Batcher::~Batcher() { Shutdown(); }
 absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
   // The device probe is asked before the lock (it takes the device's own);
   // a device that turns busy meanwhile costs this call one wait.
-  const bool inline_candidate = options_.inline_max_cost > absl::ZeroDuration() &&
-                                options_.max_batch_size == 1 && *task != nullptr &&
-                                (*task)->may_run_on_submitter() && device_idle_ &&
-                                device_idle_();
+  const bool may_run_here = options_.inline_max_cost > absl::ZeroDuration() &&
+                            options_.max_batch_size == 1 && *task != nullptr &&
+                            (*task)->may_run_on_submitter() && device_idle_ != nullptr;
+  const bool inline_candidate = may_run_here && device_idle_();
   {
     absl::MutexLock l(&mu_);
     if (stopping_) {
@@ -69,31 +69,54 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
     RETURN_IF_ERROR(queue_.Admit(task, now));
     queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
     if (inline_candidate && was_empty && MayRunOnSubmitter()) {
-      BatchQueue::PollResult r = queue_.Poll(now, /*draining=*/false);
-      queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
-      if (r.batch.has_value()) {
-        r.batch->on_submitter = true;
-        ran_on_submitters_.fetch_add(1, std::memory_order_relaxed);
+      ++submitters_running_;
+      RunOnSubmitter(now);
+      // Calls that arrived meanwhile, up to kMaxFollowOns, while they stay
+      // cheap and the device idle.
+      for (int n = 0; n < kMaxFollowOns && MayFollowOn(); ++n) {
+        mu_.Unlock();
+        const bool idle = device_idle_();
+        mu_.Lock();
+        if (!idle || !MayFollowOn()) break;
+        RunOnSubmitter(clock_->TimeNow());
       }
-      RunPolled(std::move(r), now);
-      // A task that Poll left in the queue (none is expected: a batch of one
-      // is full) is the executors' to take.
+      --submitters_running_;
+      // What is left (a call the follow-ons did not take) is the executors'.
       if (!queue_.empty()) ++generation_;
       return absl::OkStatus();
     }
-    ++generation_;
+    // A call that arrives while another runs on its submitter is that
+    // submitter's to take when it is done (see kMaxFollowOns): no executor
+    // is woken for it. The submitter wakes one if it does not take it.
+    if (!(may_run_here && submitters_running_ > 0 && CheapEnoughToRunHere())) ++generation_;
   }
   ReportDepth();
   return absl::OkStatus();
 }
 
 bool Batcher::MayRunOnSubmitter() const {
-  if (queue_.queued_rows() != 1 || batches_in_processor_ > 0 ||
-      batches_done_ < kSubmitterWarmBatches) {
-    return false;
-  }
+  return queue_.queued_rows() == 1 && batches_in_processor_ == 0 && CheapEnoughToRunHere();
+}
+
+bool Batcher::MayFollowOn() const {
+  return !stopping_ && queue_.queued_rows() > 0 && batches_in_processor_ == 0 &&
+         CheapEnoughToRunHere();
+}
+
+bool Batcher::CheapEnoughToRunHere() const {
+  if (batches_done_ < kSubmitterWarmBatches) return false;
   const absl::Duration cost = queue_.EstimatedCost(1);
   return cost > absl::ZeroDuration() && cost <= options_.inline_max_cost;
+}
+
+void Batcher::RunOnSubmitter(absl::Time now) {
+  BatchQueue::PollResult r = queue_.Poll(now, /*draining=*/false);
+  queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
+  if (r.batch.has_value()) {
+    r.batch->on_submitter = true;
+    ran_on_submitters_.fetch_add(1, std::memory_order_relaxed);
+  }
+  RunPolled(std::move(r), now, /*wake_executors=*/false);
 }
 
 void Batcher::ReportDepth() {
@@ -130,7 +153,7 @@ void Batcher::BatchDone(int64_t padded_rows, absl::Duration cost, absl::Time sta
   queue_.SetDeviceFreeAt(device_load_.Done(end, cost));
 }
 
-void Batcher::RunPolled(BatchQueue::PollResult r, absl::Time now) {
+void Batcher::RunPolled(BatchQueue::PollResult r, absl::Time now, bool wake_executors) {
   const bool ran = r.batch.has_value();
   const int64_t padded = ran ? r.batch->padded_rows : 0;
   const int64_t rows = ran ? r.batch->rows : 0;
@@ -154,7 +177,11 @@ void Batcher::RunPolled(BatchQueue::PollResult r, absl::Time now) {
     --batches_in_processor_;
     ++batches_done_;
     queue_.AddRowsInFlight(-rows);
-    ++generation_;  // an executor held back by the in-flight limit may go
+    // An executor held back by the in-flight limit may go, if there is
+    // anything to take: waking idle executors for an empty queue would cost
+    // a thread switch per batch. A submitter's run wakes them when it ends
+    // (Submit), so that they do not race it for the calls it follows on with.
+    if (wake_executors && !queue_.empty()) ++generation_;
   }
 }
 
@@ -172,7 +199,7 @@ void Batcher::ExecutorLoop() {
     const bool have_work =
         r.batch.has_value() || !r.expired.empty() || !r.cancelled.empty();
     if (have_work) {
-      RunPolled(std::move(r), now);
+      RunPolled(std::move(r), now, /*wake_executors=*/true);
       next_idle_call = absl::InfinitePast();
       continue;
     }

@@ -35,7 +35,14 @@
 //    poll one after another, so a long run there delays every call that
 //    poll read (measured: a flooded 138 ms model took a light one's p99 from
 //    under 0.6 s to 6.8 s) and holds back the unread-answer guard's
-//    cancellations (docs/performance.md).
+//    cancellations (docs/performance.md). A call that arrives while another
+//    runs on its submitter is not handed to an executor (no wake-up): that
+//    submitter takes it when its own is done, and so on for up to
+//    kMaxFollowOns calls while each stays cheap and the device idle; what
+//    is left then wakes an executor.
+//  * Executors are woken only for work: a new task, a stop, or a batch coming
+//    back while tasks wait (an executor held back by the in-flight limit may
+//    go). A batch that comes back to an empty queue wakes nobody.
 //  * Latency bound for an admitted task: max_queue_delay plus the time until
 //    an executor is free, plus the batch's compute time.
 //
@@ -90,6 +97,12 @@ class Batcher {
   // submitter (its occupancy then comes from measurement, not the warm-up's
   // device time alone).
   static constexpr int64_t kSubmitterWarmBatches = 8;
+  // Calls a submitter that ran its own call takes from the queue after it,
+  // one at a time while each stays cheap and the device idle: the calls that
+  // arrived on gRPC's other threads meanwhile, which would otherwise wake an
+  // executor (two thread switches each). Bounds how long one gRPC thread is
+  // held: at most (1 + kMaxFollowOns) x inline_max_cost of measured work.
+  static constexpr int kMaxFollowOns = 4;
 
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(
       BatcherOptions options, Clock* clock, ProcessFn process,
@@ -130,10 +143,19 @@ class Batcher {
   // Whether a task just admitted (the queue's only one) may run on its
   // submitter now; see inline_max_cost.
   bool MayRunOnSubmitter() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a submitter done with its call may take a queued one (above).
+  bool MayFollowOn() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The measured cost of a one-row call is known and at most inline_max_cost.
+  bool CheapEnoughToRunHere() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Polls and runs one batch on the calling (submitting) thread.
+  void RunOnSubmitter(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs what a Poll at `now` returned: aborts the dead, hands the batch (if
   // any) to the processor with the cost curve's bookkeeping. Called with mu_
-  // held; releases it while the processor runs; returns with it held.
-  void RunPolled(BatchQueue::PollResult r, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // held; releases it while the processor runs; returns with it held. With
+  // `wake_executors`, wakes waiting executors when the batch is back and
+  // the queue is not empty.
+  void RunPolled(BatchQueue::PollResult r, absl::Time now, bool wake_executors)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The adaptive policy's view of the executors: a batch of `padded_rows`
   // handed to the processor at `now`, and one handed over at `start` that
   // came back at `end` (its occupancy). BatchStarted returns the batch's
@@ -169,6 +191,8 @@ class Batcher {
   // Batches handed to the processor and not back yet (their rows are the
   // queue's rows in flight), against BatchQueue::ExecutorsInUse.
   int batches_in_processor_ ABSL_GUARDED_BY(mu_) = 0;
+  // Submitters running calls (their own and follow-ons) now.
+  int submitters_running_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::vector<std::thread> executors_;
   absl::Mutex shutdown_mu_;

@@ -53,6 +53,12 @@ class ThreadRecordingProcessor {
     auto it = ran_on_.find(outcome);
     return it != ran_on_.end() && it->second == std::this_thread::get_id();
   }
+  // The thread the task of `outcome` ran on (a default id if it has not).
+  std::thread::id RanOn(const TaskOutcome* outcome) {
+    absl::MutexLock l(&mu_);
+    auto it = ran_on_.find(outcome);
+    return it == ran_on_.end() ? std::thread::id() : it->second;
+  }
   // Batch::on_submitter of the batch that ran the task of `outcome`.
   bool Marked(const TaskOutcome* outcome) {
     absl::MutexLock l(&mu_);
@@ -154,6 +160,20 @@ TEST(SubmitterRunTest, AMeasuredCheapLoneCallRunsOnTheSubmittingThread) {
   EXPECT_EQ(batcher->queued_rows(), 0);
 }
 
+TEST(SubmitterRunTest, ACallRunOnItsSubmitterWakesNoIdleExecutor) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc);
+  Warm(*batcher, proc, clock);
+  const int64_t wakeups = clock.wakeups();
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(SubmitOne(*batcher, proc).ran_here) << i;
+  // Make the executor look at its condition once more, and wait until it has.
+  clock.AdvanceTime(absl::ZeroDuration());
+  clock.BlockUntilWaiters(1);
+  // It found nothing changed: it was not woken (a thread switch per call).
+  EXPECT_EQ(clock.wakeups(), wakeups);
+}
+
 TEST(SubmitterRunTest, AboveTheBoundTheCallGoesToAnExecutor) {
   SimulatedClock clock;
   // Occupancy 300 us: above the bound, although the device time (20 us) is not.
@@ -227,6 +247,76 @@ TEST(SubmitterRunTest, ACallArrivingWhileABatchRunsWaitsForTheExecutor) {
   next.outcome->answered.WaitForNotification();
   EXPECT_EQ(next.outcome->runs.load(), 1);
   EXPECT_NE(proc.last_thread(), std::this_thread::get_id());
+}
+
+// A submitter running its call on a thread of its own ("gRPC's" thread),
+// held in the processor until the test releases it.
+struct HeldSubmitter {
+  Call call;
+  std::thread thread;
+  std::thread::id id;
+  HeldSubmitter(Batcher& b, ThreadRecordingProcessor& proc) {
+    absl::Notification started;
+    thread = std::thread([&] {
+      id = std::this_thread::get_id();
+      started.Notify();
+      call = SubmitOne(b, proc, "hold");
+    });
+    started.WaitForNotification();
+    proc.WaitHolding();
+  }
+};
+
+TEST(SubmitterRunTest, CallsArrivingMeanwhileFollowOnTheSubmitterUpToTheBound) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc);
+  Warm(*batcher, proc, clock);
+  HeldSubmitter first(*batcher, proc);
+  // While the first call runs on its submitter, more arrive (from other
+  // gRPC threads): none is run or handed to an executor yet.
+  std::vector<Call> later;
+  for (int i = 0; i < Batcher::kMaxFollowOns + 1; ++i) {
+    later.push_back(SubmitOne(*batcher, proc));
+    EXPECT_FALSE(later.back().answered_in_submit) << i;
+  }
+  EXPECT_EQ(batcher->queued_rows(), Batcher::kMaxFollowOns + 1);
+  proc.Release();
+  first.thread.join();
+  EXPECT_TRUE(first.call.answered_in_submit);
+  // The submitter took the first kMaxFollowOns, in order, before its Submit
+  // returned; the one beyond the bound went to the executor.
+  for (int i = 0; i < Batcher::kMaxFollowOns; ++i) {
+    EXPECT_TRUE(later[i].outcome->answered.HasBeenNotified()) << i;
+    EXPECT_EQ(proc.RanOn(later[i].outcome.get()), first.id) << i;
+    EXPECT_TRUE(proc.Marked(later[i].outcome.get())) << i;
+  }
+  const Call& last = later.back();
+  last.outcome->answered.WaitForNotification();
+  EXPECT_NE(proc.RanOn(last.outcome.get()), first.id);
+  EXPECT_NE(proc.RanOn(last.outcome.get()), std::this_thread::get_id());
+  EXPECT_FALSE(proc.Marked(last.outcome.get()));
+  EXPECT_EQ(batcher->ran_on_submitters(), 1 + Batcher::kMaxFollowOns);
+  for (const Call& c : later) EXPECT_EQ(c.outcome->runs.load(), 1);
+}
+
+TEST(SubmitterRunTest, ADeviceBusyAfterTheSubmittersCallLeavesTheRestToTheExecutor) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  std::atomic<bool> device_idle{true};
+  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc,
+                             [&] { return device_idle.load(); });
+  Warm(*batcher, proc, clock);
+  HeldSubmitter first(*batcher, proc);
+  Call next = SubmitOne(*batcher, proc);
+  EXPECT_FALSE(next.answered_in_submit);
+  device_idle = false;  // another model took the device meanwhile
+  proc.Release();
+  first.thread.join();
+  next.outcome->answered.WaitForNotification();
+  EXPECT_NE(proc.RanOn(next.outcome.get()), first.id);
+  EXPECT_FALSE(proc.Marked(next.outcome.get()));
+  EXPECT_EQ(batcher->ran_on_submitters(), 1);
 }
 
 }  // namespace

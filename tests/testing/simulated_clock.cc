@@ -68,7 +68,13 @@ bool SimulatedClock::AwaitWithDeadline(absl::Mutex* mu,
   }
   absl::MutexLock l(&mu_);
   if (counted == generation_) --waiters_current_;
+  if (result) ++wakeups_;
   return result;
+}
+
+int64_t SimulatedClock::wakeups() {
+  absl::MutexLock l(&mu_);
+  return wakeups_;
 }
 
 }  // namespace metalserve

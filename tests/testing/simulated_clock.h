@@ -32,6 +32,9 @@ class SimulatedClock final : public Clock {
   // AwaitWithDeadline having observed the current simulated time.
   void BlockUntilWaiters(int n);
   int waiters();
+  // Waits in AwaitWithDeadline that ended because their condition held (a
+  // waiter woken for work), so far.
+  int64_t wakeups();
 
  private:
   absl::Mutex mu_;
@@ -39,6 +42,7 @@ class SimulatedClock final : public Clock {
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   // Waiters that have seen generation_ and are blocked.
   int waiters_current_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace metalserve
