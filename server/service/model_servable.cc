@@ -43,11 +43,17 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
   }
   s->executor_ = std::make_unique<BatchExecutor>(r, batching, s->device_slots_, model_metrics,
                                                  clock);
-  ModelServable* self = s.get();
   // The memory figures of each of the runner's devices (its idle loop and,
   // under sustained load, its batches report them).
-  auto report_memory = [r, metrics] {
+  ModelServable* self = s.get();
+  auto report_memory = [r, metrics, self, clock] {
     if (metrics == nullptr) return;
+    const int64_t now = absl::ToUnixNanos(clock->TimeNow());
+    int64_t due = self->next_memory_report_ns_.load(std::memory_order_relaxed);
+    if (now < due || !self->next_memory_report_ns_.compare_exchange_strong(
+                         due, now + absl::ToInt64Nanoseconds(kMemoryReportEvery))) {
+      return;
+    }
     const std::vector<std::string> devices = r->Devices();
     const std::vector<MemoryStats> memory = r->MemoryPerDevice();
     for (size_t i = 0; i < devices.size() && i < memory.size(); ++i) {
@@ -74,12 +80,7 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
     if (model_metrics != nullptr && !runner_reports_devices) {
       model_metrics->DeviceBatch(device, rows, cost);
     }
-    const int64_t now = absl::ToUnixNanos(clock->TimeNow());
-    int64_t due = self->next_busy_memory_report_ns_.load(std::memory_order_relaxed);
-    if (now >= due && self->next_busy_memory_report_ns_.compare_exchange_strong(
-                          due, now + absl::ToInt64Nanoseconds(kMemoryReportEvery))) {
-      report_memory();
-    }
+    report_memory();  // when due
   });
   // The queue depth gauge follows every change of the queue: arrivals,
   // batches, expiries, cancellations and the drain.

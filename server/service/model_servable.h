@@ -94,11 +94,14 @@ class ModelServable final : public Servable {
   // The process's metrics (not owned; null without): the device's memory
   // series are dropped when this version goes (Metrics::ForgetDeviceMemory).
   Metrics* process_metrics_ = nullptr;
-  // Under sustained load the queue is never empty and the idle loop never
-  // reports: batches report the memory figures too, at most once per
-  // kMemoryReportEvery (nanoseconds since the epoch of the next one due).
+  // The memory figures are reported at most once per kMemoryReportEvery
+  // (nanoseconds since the epoch of the next one due), by whichever comes
+  // first: a batch (under sustained load the queue is never empty and the
+  // idle loop never runs) or the idle loop (which, at light load, runs after
+  // every batch: reading /proc/self/statm each time cost a file open per
+  // request).
   static constexpr absl::Duration kMemoryReportEvery = absl::Seconds(1);
-  std::atomic<int64_t> next_busy_memory_report_ns_{0};
+  std::atomic<int64_t> next_memory_report_ns_{0};
   std::shared_ptr<Runner> runner_;
   KServeStatistics stats_;
   int device_slots_ = 1;

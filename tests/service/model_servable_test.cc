@@ -51,12 +51,15 @@ class TrackedRunner final : public Runner {
     return fake_->Run(in);
   }
   MemoryStats Memory() override {
+    memory_reads.fetch_add(1);
     MemoryStats m;
     if (reserved_ != nullptr) m.reserved_bytes = reserved_->load();
     return m;
   }
   void BetweenBatches(bool) override {}
   ModelInfo info_;
+  // Memory() calls by all runners: each reads /proc/self/statm in the real one.
+  static inline std::atomic<int64_t> memory_reads{0};
 
  private:
   FakeRunner* const fake_;
@@ -137,6 +140,23 @@ TEST_F(ModelServableTest, EachModelAnswersUnderItsOwnNameAndVersion) {
   grpc::Status s = Predict("", 3.0f, &r);  // two models: the name is needed
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("loaded: a [1], b [1]"));
+}
+
+// At light load the executor goes idle after every batch; the memory
+// figures (a file read in the real runners) are still read at most once a
+// second per model, not once per request.
+TEST_F(ModelServableTest, MemoryFiguresAreReadAtMostOnceASecondAtLightLoad) {
+  const int64_t reads_before = TrackedRunner::memory_reads.load();
+  const absl::Time start = absl::Now();
+  constexpr int kCalls = 30;
+  for (int i = 0; i < kCalls; ++i) {  // one at a time: each batch ends idle
+    v1::PredictResponse r;
+    ASSERT_TRUE(Predict("b", 1.0f, &r).ok());
+  }
+  const int64_t seconds = absl::ToInt64Seconds(absl::Now() - start) + 1;
+  const int64_t reads = TrackedRunner::memory_reads.load() - reads_before;
+  // Two models, each due once a second (and once more at the window's edge).
+  EXPECT_LE(reads, 2 * (seconds + 1)) << "over " << seconds << " s for " << kCalls << " calls";
 }
 
 // A model on one device: every batch is that device's, and its counters
