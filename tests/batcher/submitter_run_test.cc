@@ -140,11 +140,22 @@ void Warm(Batcher& b, ThreadRecordingProcessor& proc, SimulatedClock& clock) {
   }
 }
 
-TEST(SubmitterRunTest, AMeasuredCheapLoneCallRunsOnTheSubmittingThread) {
+// The arrange step most tests share: a simulated clock, a processor that
+// takes 30 us of it per batch, and an unbatched batcher with the 100 us
+// bound, whose device is idle while `device_idle` says so, warmed up past
+// kSubmitterWarmBatches.
+class WarmSubmitterRunTest : public ::testing::Test {
+ protected:
+  WarmSubmitterRunTest() { Warm(*batcher, proc, clock); }
+
+  std::atomic<bool> device_idle{true};  // declared first: outlives the batcher
   SimulatedClock clock;
-  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
-  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc);
-  Warm(*batcher, proc, clock);
+  ThreadRecordingProcessor proc{&clock, absl::Microseconds(30)};
+  std::unique_ptr<Batcher> batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc,
+                                                 [this] { return device_idle.load(); });
+};
+
+TEST_F(WarmSubmitterRunTest, AMeasuredCheapLoneCallRunsOnTheSubmittingThread) {
   EXPECT_NE(proc.last_thread(), std::this_thread::get_id());
   EXPECT_EQ(batcher->ran_on_submitters(), 0);
 
@@ -160,11 +171,7 @@ TEST(SubmitterRunTest, AMeasuredCheapLoneCallRunsOnTheSubmittingThread) {
   EXPECT_EQ(batcher->queued_rows(), 0);
 }
 
-TEST(SubmitterRunTest, ACallRunOnItsSubmitterWakesNoIdleExecutor) {
-  SimulatedClock clock;
-  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
-  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc);
-  Warm(*batcher, proc, clock);
+TEST_F(WarmSubmitterRunTest, ACallRunOnItsSubmitterWakesNoIdleExecutor) {
   const int64_t wakeups = clock.wakeups();
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(SubmitOne(*batcher, proc).ran_here) << i;
   // Make the executor look at its condition once more, and wait until it has.
@@ -187,13 +194,7 @@ TEST(SubmitterRunTest, AboveTheBoundTheCallGoesToAnExecutor) {
   EXPECT_EQ(batcher->ran_on_submitters(), 0);
 }
 
-TEST(SubmitterRunTest, ABusyDeviceATaskThatDeclinesOrAnOffSwitchHandsTheCallOver) {
-  SimulatedClock clock;
-  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
-  std::atomic<bool> device_idle{true};
-  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc,
-                             [&] { return device_idle.load(); });
-  Warm(*batcher, proc, clock);
+TEST_F(WarmSubmitterRunTest, ABusyDeviceATaskThatDeclinesOrAnOffSwitchHandsTheCallOver) {
   auto expect_executor = [&](Call c, const char* why) {
     c.outcome->answered.WaitForNotification();
     clock.BlockUntilWaiters(1);
@@ -228,11 +229,7 @@ TEST(SubmitterRunTest, ABusyDeviceATaskThatDeclinesOrAnOffSwitchHandsTheCallOver
   }
 }
 
-TEST(SubmitterRunTest, ACallArrivingWhileABatchRunsWaitsForTheExecutor) {
-  SimulatedClock clock;
-  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
-  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc);
-  Warm(*batcher, proc, clock);
+TEST_F(WarmSubmitterRunTest, ACallArrivingWhileABatchRunsWaitsForTheExecutor) {
   // Declines the submitter's thread: held there, it would block this test.
   Call held = SubmitOne(*batcher, proc, "hold", /*allow=*/false);
   proc.WaitHolding();
@@ -267,11 +264,7 @@ struct HeldSubmitter {
   }
 };
 
-TEST(SubmitterRunTest, CallsArrivingMeanwhileFollowOnTheSubmitterUpToTheBound) {
-  SimulatedClock clock;
-  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
-  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc);
-  Warm(*batcher, proc, clock);
+TEST_F(WarmSubmitterRunTest, CallsArrivingMeanwhileFollowOnTheSubmitterUpToTheBound) {
   HeldSubmitter first(*batcher, proc);
   // While the first call runs on its submitter, more arrive (from other
   // gRPC threads): none is run or handed to an executor yet.
@@ -300,13 +293,7 @@ TEST(SubmitterRunTest, CallsArrivingMeanwhileFollowOnTheSubmitterUpToTheBound) {
   for (const Call& c : later) EXPECT_EQ(c.outcome->runs.load(), 1);
 }
 
-TEST(SubmitterRunTest, ADeviceBusyAfterTheSubmittersCallLeavesTheRestToTheExecutor) {
-  SimulatedClock clock;
-  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
-  std::atomic<bool> device_idle{true};
-  auto batcher = MakeBatcher(Unbatched(absl::Microseconds(100)), clock, proc,
-                             [&] { return device_idle.load(); });
-  Warm(*batcher, proc, clock);
+TEST_F(WarmSubmitterRunTest, ADeviceBusyAfterTheSubmittersCallLeavesTheRestToTheExecutor) {
   HeldSubmitter first(*batcher, proc);
   Call next = SubmitOne(*batcher, proc);
   EXPECT_FALSE(next.answered_in_submit);
