@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
   const std::string device = r->info().device;
   // Each model run refines the adaptive policy's cost curve. Set before the
   // batcher's threads start; the servable owns both.
-  s->executor_->set_on_cost([self, clock, report_memory, model_metrics, runner_reports_devices,
+  s->executor_->set_on_cost([self, report_memory, model_metrics, runner_reports_devices,
                              device](int64_t rows, absl::Duration cost) {
     self->batcher_->ObserveBatchCost(rows, cost);
     if (model_metrics != nullptr && !runner_reports_devices) {
