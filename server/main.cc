@@ -93,10 +93,11 @@ ABSL_FLAG(bool, cudnn_benchmark, true,
           "CUDA: let cuDNN time its algorithms for each batch size (faster large "
           "batches; each size's first forward, in load and warm-up, pays it)");
 ABSL_FLAG(bool, cpu_forward_on_caller, true,
-          "On the CPU, an unbatched model (--max_batch_size=1) whose forward runs on one "
-          "intra-op thread runs each request on the batcher's executor thread when the "
-          "device thread is idle, sparing two thread switches (docs/performance.md); "
-          "false, or a batched model: every batch on the device thread");
+          "On the CPU, a one-row batch of a model whose forward runs on one intra-op "
+          "thread at every warm-up size runs on the batcher's executor thread when the "
+          "device thread is idle (a batched model's: when no other batch of it is in "
+          "flight), sparing two thread switches (docs/performance.md); false: every "
+          "batch on the device thread");
 ABSL_FLAG(std::string, cuda_sync, "auto",
           "How a thread waits for a CUDA device: auto (CUDA's choice: spin while the "
           "process has fewer contexts than cores), spin, yield, or block (sleep until "

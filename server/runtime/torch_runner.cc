@@ -81,8 +81,27 @@ absl::Status TorchRunner::CheckInputs(const std::vector<Tensor>& inputs) const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Counts a Run or RunBatch in progress for its scope.
+class Running {
+ public:
+  explicit Running(std::atomic<int>& count) : count_(count) {
+    count_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~Running() { count_.fetch_sub(1, std::memory_order_relaxed); }
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+
+ private:
+  std::atomic<int>& count_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::vector<Tensor>> TorchRunner::Run(
     const std::vector<Tensor>& inputs) {
+  const Running running(batches_running_);
   RETURN_IF_ERROR(CheckInputs(inputs));
   return RunHost(HostViews(inputs));
 }
@@ -109,6 +128,7 @@ absl::Status TorchRunner::CheckBatchedInputs(const std::vector<BatchedInput>& in
 
 absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatch(
     const std::vector<BatchedInput>& inputs) {
+  const Running running(batches_running_);
   RETURN_IF_ERROR(CheckBatchedInputs(inputs));
   std::vector<at::Tensor> host;
   try {

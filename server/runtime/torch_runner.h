@@ -58,11 +58,15 @@
 // device's one thread, a DeviceThread (device_thread.h says why). Pass one
 // in RuntimeOptions::device_thread to share it between runners on the same
 // device; without one the runner creates its own. Run posts to it and waits.
-// One exception (cpu_forward_on_caller): on the CPU, an unbatched model's
-// forward on one intra-op thread runs on the calling executor thread while
-// the device thread is idle, holding the device meanwhile
-// (DeviceThread::RunHereIfIdle): the same one-at-a-time device and fair
-// share, without the two thread switches of the hand-off.
+// One exception (cpu_forward_on_caller): on the CPU, a one-row batch of a
+// model that the warm-up serves on one intra-op thread at every size runs
+// on the calling executor thread while the device thread is idle, holding
+// the device meanwhile (DeviceThread::RunHereIfIdle): the same
+// one-at-a-time device and fair share, without the two thread switches of
+// the hand-off. The executor waits for the forward either way. A batched
+// model's only while no other batch of it is in flight: under load the
+// hold made the device thread sleep and wake for the next batch
+// (docs/performance.md).
 // On CUDA that thread uses one pooled stream with pinned, non-blocking input
 // copies; on CPU it uses `threads` intra-op threads. Callers (the executor
 // threads) assemble the next batch while it computes. Run, Memory and
@@ -146,11 +150,12 @@ struct RuntimeOptions {
   // CPU intra-op threads (at::set_num_threads); 0 leaves LibTorch's default
   // (Debian's LibTorch starts with one).
   int threads = 0;
-  // On the CPU, for an unbatched model (warmup_batch_sizes {1}) whose
-  // forward the warm-up serves on one intra-op thread, a request runs on
-  // the calling executor thread when the device thread is idle
-  // (DeviceThread::RunHereIfIdle), sparing two thread switches; otherwise,
-  // for a batched model, and on every other device, on the device thread.
+  // On the CPU, for a model that the warm-up serves on one intra-op thread
+  // at every warm-up size, a one-row batch runs on the calling executor
+  // thread when the device thread is idle (DeviceThread::RunHereIfIdle),
+  // sparing two thread switches (a batched model's only while it is the
+  // runner's one batch in flight); larger batches, a model with a parallel
+  // size, and every other device: on the device thread.
   bool cpu_forward_on_caller = true;
   // "fp32", "fp16" or "bf16": the compute precision on the device. Inputs
   // are cast on the device; outputs are returned in the signature's dtype.

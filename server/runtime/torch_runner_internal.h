@@ -15,6 +15,7 @@
 #ifndef METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_INTERNAL_H_
 #define METALSERVE_SERVER_RUNTIME_TORCH_RUNNER_INTERNAL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -72,13 +73,14 @@ class TorchRunner final : public Runner {
   absl::Status OnDevice(absl::FunctionRef<void()> fn) { return device_->thread().RunSync(fn); }
   // Runs a batch on the device thread under this model's key, so models
   // sharing the device get fair shares of it (fair_queue.h).
-  // An unbatched model's row that the CPU serves on one intra-op thread
-  // runs on the calling thread when the device is idle (RuntimeOptions::
-  // cpu_forward_on_caller; set up for unbatched models only).
+  // A one-row batch of a model that the CPU serves on one intra-op thread
+  // at every size runs on the calling thread when the device is idle
+  // (RuntimeOptions::cpu_forward_on_caller; decided at the end of WarmUp);
+  // a batched model's only while it is the runner's one batch in flight.
   absl::Status ServeOnDevice(int64_t rows, absl::FunctionRef<void()> fn) {
     const std::string& key = device_key_.empty() ? info_.name : device_key_;
-    if (cpu_forward_on_caller_ && rows == 1 && device_->device().is_cpu() &&
-        ServeThreads(rows) <= 1) {
+    if (cpu_forward_on_caller_ && rows == 1 &&
+        (!batched_ || batches_running_.load(std::memory_order_relaxed) == 1)) {
       return device_->thread().RunHereIfIdle(key, fn);
     }
     return device_->thread().RunSync(key, fn);
@@ -159,7 +161,12 @@ class TorchRunner final : public Runner {
   std::optional<CompiledPackage> package_;  // set instead of module_ for a .pt2
   std::unique_ptr<CacheUser> cache_policy_;  // this runner in its device's policy
   std::string device_key_;  // RuntimeOptions::device_key
-  bool cpu_forward_on_caller_ = true;  // RuntimeOptions::cpu_forward_on_caller
+  // RuntimeOptions::cpu_forward_on_caller, and (after WarmUp) a CPU model
+  // served on one intra-op thread at every warm-up size.
+  bool cpu_forward_on_caller_ = true;
+  bool batched_ = false;  // warmed up at a size above 1
+  // Run and RunBatch calls in progress (ServeOnDevice's guard above).
+  std::atomic<int> batches_running_{0};
 };
 
 // The comparison settings for a load's verification: each distinct warm-up

@@ -196,14 +196,13 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   }
   if (thread == nullptr) thread = DeviceThread::Create(choice.name, {.order = options.device_order});
   device_key_ = options.device_key;
-  // Unbatched models only (warmed up at batch size 1 alone): an executor
-  // busy with a forward forms and answers no batch meanwhile, and with
-  // batching on that measured bimodal, 0.57-0.69x in some rounds
-  // (docs/performance.md).
+  // Confirmed at the end of warm-up, once the intra-op threads of every
+  // size are known (WarmUp).
   cpu_forward_on_caller_ =
-      options.cpu_forward_on_caller && !options.warmup_batch_sizes.empty() &&
-      *std::max_element(options.warmup_batch_sizes.begin(),
-                        options.warmup_batch_sizes.end()) == 1;
+      options.cpu_forward_on_caller && !options.warmup_batch_sizes.empty();
+  batched_ = !options.warmup_batch_sizes.empty() &&
+             *std::max_element(options.warmup_batch_sizes.begin(),
+                               options.warmup_batch_sizes.end()) > 1;
   ASSIGN_OR_RETURN(device_, TorchDevice::Create(std::move(choice), std::move(thread)));
   // OpenMP's thread count is per calling thread: set it where forwards run.
   if (options.threads > 0) {
@@ -332,6 +331,14 @@ absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
     LOG(INFO) << "runtime: warmed up batch size " << b << " in " << ElapsedMs(clock_, start)
               << " ms";
   }
+  // A one-row batch may run on its executor only for a model served on one
+  // intra-op thread at every size: at::set_num_threads on an executor also
+  // sets LibTorch's process-wide count for pthreadpool kernels, which this
+  // model's larger batches on the device thread would then inherit.
+  cpu_forward_on_caller_ =
+      cpu_forward_on_caller_ && device_->device().is_cpu() &&
+      std::all_of(info_.warmup_timings.begin(), info_.warmup_timings.end(),
+                  [](const WarmupTiming& w) { return w.intra_op_threads <= 1; });
   return absl::OkStatus();
 }
 

@@ -397,17 +397,18 @@ TEST(TorchRunnerTest, CpuMemoryReportsResidentOnlyAndCacheClearingIsNoOp) {
 // Runners on one device join the device's one cache policy (cache_policy.h),
 // by the resolved name, and leave it when freed; the policy goes with the
 // last of them.
-// An unbatched CPU model (warmed up at batch size 1 alone) whose forward
-// runs on one intra-op thread serves on the calling thread while the device
-// thread is idle (no hand-off to it); a batched model, or the switch off,
-// always on the device thread. Either way the answer is the same.
-TEST(TorchRunnerTest, AnUnbatchedCpuModelRunsOnTheCallerWhileTheDeviceIsIdle) {
+// A one-row batch of a CPU model served on one intra-op thread at every
+// warm-up size runs on the calling thread while the device thread is idle
+// (no hand-off to it), batched model or not; a larger batch, or the switch
+// off, on the device thread. Either way the answer is the same.
+TEST(TorchRunnerTest, AOneRowCpuBatchRunsOnTheCallerWhileTheDeviceIsIdle) {
   struct Case {
     std::vector<int64_t> warmup;
     bool on_caller;
     int64_t ran_here;
   };
-  for (const Case& c : {Case{{1}, true, 2}, Case{{1, 4}, true, 0}, Case{{1}, false, 0}}) {
+  for (const Case& c : {Case{{1}, true, 2}, Case{{1, 4}, true, 2}, Case{{1}, false, 0},
+                        Case{{1, 4}, false, 0}}) {
     SCOPED_TRACE(absl::StrCat("warm-up sizes ", c.warmup.size(), ", on_caller ", c.on_caller));
     auto thread = DeviceThread::Create("cpu");
     RuntimeOptions o = Options("identity");
@@ -431,6 +432,14 @@ TEST(TorchRunnerTest, AnUnbatchedCpuModelRunsOnTheCallerWhileTheDeviceIsIdle) {
     auto batched = runner->RunBatch({in});
     ASSERT_THAT(batched, IsOk());
     EXPECT_EQ((*batched)[0].data, row.data);
+    if (c.warmup.size() > 1) {  // four rows: the device thread's
+      in.shape = {4, 4};
+      in.pieces = {row.data, row.data, row.data, row.data};
+      while (thread->pending() > 0) std::this_thread::yield();
+      auto four = runner->RunBatch({in});
+      ASSERT_THAT(four, IsOk());
+      EXPECT_EQ((*four)[0].shape, (std::vector<int64_t>{4, 4}));
+    }
     EXPECT_EQ(thread->ran_on_callers(), c.ran_here);
   }
 }
