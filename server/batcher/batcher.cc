@@ -71,9 +71,10 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
     if (inline_candidate && was_empty && MayRunOnSubmitter()) {
       ++submitters_running_;
       RunOnSubmitter(now);
-      // Calls that arrived meanwhile, up to kMaxFollowOns, while they stay
-      // cheap and the device idle.
-      for (int n = 0; n < kMaxFollowOns && MayFollowOn(); ++n) {
+      // Calls that arrived meanwhile, while they stay cheap, the device
+      // idle and this thread's time here within the hold bound.
+      const absl::Time hold_until = now + kSubmitterHold * options_.inline_max_cost;
+      while (MayFollowOn() && clock_->TimeNow() + queue_.EstimatedCost(1) <= hold_until) {
         mu_.Unlock();
         const bool idle = device_idle_();
         mu_.Lock();
@@ -86,7 +87,7 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
       return absl::OkStatus();
     }
     // A call that arrives while another runs on its submitter is that
-    // submitter's to take when it is done (see kMaxFollowOns): no executor
+    // submitter's to take when it is done (see kSubmitterHold): no executor
     // is woken for it. The submitter wakes one if it does not take it.
     if (!(may_run_here && submitters_running_ > 0 && CheapEnoughToRunHere())) ++generation_;
   }

@@ -37,9 +37,10 @@
 //    under 0.6 s to 6.8 s) and holds back the unread-answer guard's
 //    cancellations (docs/performance.md). A call that arrives while another
 //    runs on its submitter is not handed to an executor (no wake-up): that
-//    submitter takes it when its own is done, and so on for up to
-//    kMaxFollowOns calls while each stays cheap and the device idle; what
-//    is left then wakes an executor.
+//    submitter takes it when its own is done, and so on while each stays
+//    cheap, the device idle and the thread's time in Submit plus the next
+//    call's estimated cost within kSubmitterHold x inline_max_cost; what is
+//    left then wakes an executor.
 //  * Executors are woken only for work: a new task, a stop, or a batch coming
 //    back while tasks wait (an executor held back by the in-flight limit may
 //    go). A batch that comes back to an empty queue wakes nobody.
@@ -97,12 +98,17 @@ class Batcher {
   // submitter (its occupancy then comes from measurement, not the warm-up's
   // device time alone).
   static constexpr int64_t kSubmitterWarmBatches = 8;
-  // Calls a submitter that ran its own call takes from the queue after it,
-  // one at a time while each stays cheap and the device idle: the calls that
-  // arrived on gRPC's other threads meanwhile, which would otherwise wake an
-  // executor (two thread switches each). Bounds how long one gRPC thread is
-  // held: at most (1 + kMaxFollowOns) x inline_max_cost of measured work.
-  static constexpr int kMaxFollowOns = 4;
+  // A submitter that ran its own call takes calls from the queue after it
+  // (follow-ons), one at a time while each stays cheap and the device idle:
+  // the calls that arrived on gRPC's other threads meanwhile, which would
+  // otherwise wake an executor (two thread switches each). It starts one
+  // only while the time since its own call was admitted plus the next
+  // call's estimated cost stays within kSubmitterHold x inline_max_cost
+  // (500 us with the default bound): a bound on how long one gRPC thread
+  // is held, in time, not in calls. (Four calls at most, before: identity
+  // [1,4] at concurrency 8 then went to an executor for 17-20 % of its
+  // calls; docs/performance.md.)
+  static constexpr int kSubmitterHold = 5;
 
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(
       BatcherOptions options, Clock* clock, ProcessFn process,

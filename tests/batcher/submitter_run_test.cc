@@ -264,22 +264,32 @@ struct HeldSubmitter {
   }
 };
 
-TEST_F(WarmSubmitterRunTest, CallsArrivingMeanwhileFollowOnTheSubmitterUpToTheBound) {
+TEST_F(WarmSubmitterRunTest, CallsArrivingMeanwhileFollowOnTheSubmitterUpToTheHoldBound) {
+  // Each call takes 30 us (measured so: its estimate) and the hold bound is
+  // kSubmitterHold x 100 us from the first call's arrival: a follow-on
+  // starts while the time so far plus its 30 us fits, so after the first
+  // call's 30 us, (5 x 100 - 30) / 30 = 15 of them (the 15th ends at 480 us;
+  // a 16th would end at 510).
+  absl::Duration unused;
+  const int follow_ons = static_cast<int>(
+      absl::IDivDuration(Batcher::kSubmitterHold * absl::Microseconds(100) - absl::Microseconds(30),
+                         absl::Microseconds(30), &unused));
+  ASSERT_EQ(follow_ons, 15);
   HeldSubmitter first(*batcher, proc);
   // While the first call runs on its submitter, more arrive (from other
   // gRPC threads): none is run or handed to an executor yet.
   std::vector<Call> later;
-  for (int i = 0; i < Batcher::kMaxFollowOns + 1; ++i) {
+  for (int i = 0; i < follow_ons + 1; ++i) {
     later.push_back(SubmitOne(*batcher, proc));
     EXPECT_FALSE(later.back().answered_in_submit) << i;
   }
-  EXPECT_EQ(batcher->queued_rows(), Batcher::kMaxFollowOns + 1);
+  EXPECT_EQ(batcher->queued_rows(), follow_ons + 1);
   proc.Release();
   first.thread.join();
   EXPECT_TRUE(first.call.answered_in_submit);
-  // The submitter took the first kMaxFollowOns, in order, before its Submit
+  // The submitter took the first follow_ons, in order, before its Submit
   // returned; the one beyond the bound went to the executor.
-  for (int i = 0; i < Batcher::kMaxFollowOns; ++i) {
+  for (int i = 0; i < follow_ons; ++i) {
     EXPECT_TRUE(later[i].outcome->answered.HasBeenNotified()) << i;
     EXPECT_EQ(proc.RanOn(later[i].outcome.get()), first.id) << i;
     EXPECT_TRUE(proc.Marked(later[i].outcome.get())) << i;
@@ -289,7 +299,7 @@ TEST_F(WarmSubmitterRunTest, CallsArrivingMeanwhileFollowOnTheSubmitterUpToTheBo
   EXPECT_NE(proc.RanOn(last.outcome.get()), first.id);
   EXPECT_NE(proc.RanOn(last.outcome.get()), std::this_thread::get_id());
   EXPECT_FALSE(proc.Marked(last.outcome.get()));
-  EXPECT_EQ(batcher->ran_on_submitters(), 1 + Batcher::kMaxFollowOns);
+  EXPECT_EQ(batcher->ran_on_submitters(), 1 + follow_ons);
   for (const Call& c : later) EXPECT_EQ(c.outcome->runs.load(), 1);
 }
 
