@@ -74,7 +74,9 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
       // Calls that arrived meanwhile, while they stay cheap, the device
       // idle and this thread's time here within the hold bound.
       const absl::Time hold_until = now + kSubmitterHold * options_.inline_max_cost;
-      while (MayFollowOn() && clock_->TimeNow() + queue_.EstimatedCost(1) <= hold_until) {
+      for (int n = 0; n < kMaxFollowOns && MayFollowOn() &&
+                      clock_->TimeNow() + queue_.EstimatedCost(1) <= hold_until;
+           ++n) {
         mu_.Unlock();
         const bool idle = device_idle_();
         mu_.Lock();

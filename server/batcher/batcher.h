@@ -109,6 +109,9 @@ class Batcher {
   // [1,4] at concurrency 8 then went to an executor for 17-20 % of its
   // calls; docs/performance.md.)
   static constexpr int kSubmitterHold = 5;
+  // And never more than this many follow-ons: a backstop for a bound that
+  // does not end (--inline_max_cost=inf) or a wall clock stepped back.
+  static constexpr int kMaxFollowOns = 64;
 
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(
       BatcherOptions options, Clock* clock, ProcessFn process,

@@ -1,5 +1,7 @@
 #include "server/runtime/intra_op_threads.h"
 
+#include <atomic>
+
 #include <ATen/Parallel.h>
 
 namespace metalserve {
@@ -9,10 +11,24 @@ int ChooseIntraOpThreads(absl::Duration one_thread, absl::Duration n_threads, in
   return n_threads <= kParallelMinGain * one_thread ? n : 1;
 }
 
+namespace {
+
+// The count the last at::set_num_threads of this process applied to its
+// process-wide settings (0: none yet).
+std::atomic<int> process_threads{0};
+
+}  // namespace
+
 int CurrentIntraOpThreads() { return at::get_num_threads(); }
 
 void SetIntraOpThreads(int threads) {
-  if (threads >= 1 && at::get_num_threads() != threads) at::set_num_threads(threads);
+  if (threads < 1) return;
+  if (at::get_num_threads() == threads &&
+      process_threads.load(std::memory_order_relaxed) == threads) {
+    return;
+  }
+  at::set_num_threads(threads);
+  process_threads.store(threads, std::memory_order_relaxed);
 }
 
 }  // namespace metalserve

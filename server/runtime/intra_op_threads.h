@@ -27,7 +27,9 @@
 //
 // Thread-safety: ChooseIntraOpThreads is pure. CurrentIntraOpThreads and
 // SetIntraOpThreads act on the calling thread's OpenMP setting (LibTorch's
-// at::get_num_threads / at::set_num_threads): call them on the device thread.
+// at::get_num_threads / at::set_num_threads): call them on the thread that
+// runs the forward (the device thread, or a caller holding the device), one
+// at a time.
 #ifndef METALSERVE_SERVER_RUNTIME_INTRA_OP_THREADS_H_
 #define METALSERVE_SERVER_RUNTIME_INTRA_OP_THREADS_H_
 
@@ -47,8 +49,14 @@ int ChooseIntraOpThreads(absl::Duration one_thread, absl::Duration n_threads, in
 
 // The calling thread's intra-op thread count (at::get_num_threads).
 int CurrentIntraOpThreads();
-// Sets it when it differs (at::set_num_threads also resets oneDNN's cached
-// convolutions, so it is not called when nothing changes). `threads` < 1: no-op.
+// Sets it when it differs, or when another thread has set a different count
+// since: at::set_num_threads also sets process-wide state (the count of
+// LibTorch's pthreadpool kernels, the default of threads that start later)
+// and resets oneDNN's cached convolutions, so it is called only when either
+// changes. Without the second check, a forward on an executor thread
+// (torch_runner.h, cpu_forward_on_caller) setting one thread would leave
+// another model's parallel batches on the device thread, whose own count
+// had not changed, with a one-thread pool. `threads` < 1: no-op.
 void SetIntraOpThreads(int threads);
 
 }  // namespace metalserve

@@ -303,6 +303,29 @@ TEST_F(WarmSubmitterRunTest, CallsArrivingMeanwhileFollowOnTheSubmitterUpToTheHo
   for (const Call& c : later) EXPECT_EQ(c.outcome->runs.load(), 1);
 }
 
+// A bound that never ends the hold (--inline_max_cost=inf) still stops the
+// follow-ons at the count backstop.
+TEST(SubmitterRunTest, AnUnboundedHoldStopsFollowOnsAtTheBackstop) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  BatcherOptions o = Unbatched(absl::InfiniteDuration());
+  o.max_queue_size = 2 * Batcher::kMaxFollowOns;
+  auto batcher = MakeBatcher(o, clock, proc);
+  Warm(*batcher, proc, clock);
+  HeldSubmitter first(*batcher, proc);
+  std::vector<Call> later;
+  for (int i = 0; i < Batcher::kMaxFollowOns + 1; ++i) {
+    later.push_back(SubmitOne(*batcher, proc));
+  }
+  proc.Release();
+  first.thread.join();
+  EXPECT_EQ(batcher->ran_on_submitters(), 1 + Batcher::kMaxFollowOns);
+  const Call& last = later.back();
+  last.outcome->answered.WaitForNotification();
+  EXPECT_NE(proc.RanOn(last.outcome.get()), first.id);
+  for (const Call& c : later) EXPECT_EQ(c.outcome->runs.load(), 1);
+}
+
 TEST_F(WarmSubmitterRunTest, ADeviceBusyAfterTheSubmittersCallLeavesTheRestToTheExecutor) {
   HeldSubmitter first(*batcher, proc);
   Call next = SubmitOne(*batcher, proc);

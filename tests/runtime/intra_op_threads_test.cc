@@ -2,6 +2,7 @@
 // runner serving a small model's batches on one thread when given two.
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,30 @@ TEST(IntraOpThreadsTest, OneThreadServesWhenTheParallelGainIsSmall) {
 
 TEST(IntraOpThreadsTest, OneThreadConfiguredStaysOne) {
   EXPECT_EQ(ChooseIntraOpThreads(absl::Milliseconds(10), absl::Milliseconds(1), 1), 1);
+}
+
+// at::set_num_threads also sets process-wide state (the count LibTorch gives
+// threads that start later, and its pthreadpool kernels'): a thread whose own
+// count already matches applies it again when another thread has set a
+// different one since (a forward on an executor, then another model's batch
+// on the device thread). Seen from a fresh thread, which starts at the
+// process's count.
+TEST(IntraOpThreadsTest, AThreadReappliesItsCountAfterAnotherThreadSetADifferentOne) {
+  const int before = CurrentIntraOpThreads();
+  auto on_a_new_thread = [](auto fn) {
+    std::thread t(fn);
+    t.join();
+  };
+  SetIntraOpThreads(2);  // this thread: "the device thread"
+  on_a_new_thread([] { SetIntraOpThreads(1); });  // "an executor"
+  int fresh = 0;
+  on_a_new_thread([&] { fresh = CurrentIntraOpThreads(); });
+  EXPECT_EQ(fresh, 1);
+  SetIntraOpThreads(2);  // its own count is still 2: set again all the same
+  on_a_new_thread([&] { fresh = CurrentIntraOpThreads(); });
+  EXPECT_EQ(fresh, 2);
+  EXPECT_EQ(CurrentIntraOpThreads(), 2);
+  SetIntraOpThreads(before);
 }
 
 Tensor Zeros(std::vector<int64_t> shape) {
