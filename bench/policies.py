@@ -74,10 +74,32 @@ def goals(table, levels):
                 continue
             best = max(fixed, key=lambda f: next(r for r in table[f] if r["concurrency"] == c)
                        ["requests_per_s"])
-            b = next(r for r in table[best] if r["concurrency"] == c)["requests_per_s"]
-            lines.append(f"c={c} {by_c[c]['requests_per_s'] / b:.3f}x best fixed ({best}) (goal >= 1)")
+            b = next(r for r in table[best] if r["concurrency"] == c)
+            line = f"c={c} {by_c[c]['requests_per_s'] / b['requests_per_s']:.3f}x best fixed ({best})"
+            paired = paired_rounds(by_c[c], b)
+            lines.append(line + (f"; {paired}" if paired else "") + " (goal >= 1)")
         found[p] = lines
     return found
+
+
+def paired_rounds(r, against):
+    """With --rounds: `r`'s throughput over `against`'s round by round (the
+    policies ran interleaved, so each round's pair saw the same load): the
+    median ratio, how many rounds reached 1, and the range. A shared
+    machine's load moves both of a round's figures together, which the
+    ratio of the two medians alone does not show. "" for one round."""
+    a = r.get("rounds_requests_per_s") or []
+    b = against.get("rounds_requests_per_s") or []
+    if len(a) < 2 or len(a) != len(b):
+        return ""
+    ratios = sorted(x / y for x, y in zip(a, b) if y > 0)
+    if not ratios:
+        return ""
+    n = len(ratios)
+    median = (ratios[(n - 1) // 2] + ratios[n // 2]) / 2
+    wins = sum(x >= 1 for x in ratios)
+    return (f"round by round {median:.3f}x, {wins}/{n} rounds >= 1, "
+            f"range {ratios[0]:.3f}-{ratios[-1]:.3f}")
 
 
 def open_sweep(a, server, rates, run):

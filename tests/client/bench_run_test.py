@@ -118,6 +118,20 @@ class PoliciesTest(unittest.TestCase):
         self.assertEqual(g[0], "c=1 p50 1.020x unbatched (goal <= 1.05)")
         self.assertEqual(g[1], "c=64 0.950x best fixed (fixed:5ms) (goal >= 1)")
 
+    def test_goals_with_rounds_add_the_round_by_round_ratio(self):
+        adaptive, fixed = point(64, 900, 5000), point(64, 950, 5000)
+        adaptive["rounds_requests_per_s"] = [900, 1200, 800, 1000]
+        fixed["rounds_requests_per_s"] = [1000, 1000, 1000, 950]
+        table = {"fixed:1ms": [fixed], "adaptive:5ms": [adaptive]}
+        g = policies.goals(table, [64])["adaptive:5ms"]
+        # Ratios 0.8, 0.9, 1.0526, 1.2: median of the middle two.
+        self.assertEqual(g, ["c=64 0.947x best fixed (fixed:1ms); round by round "
+                             "0.976x, 2/4 rounds >= 1, range 0.800-1.200 (goal >= 1)"])
+        # One round: no paired figure.
+        del adaptive["rounds_requests_per_s"]
+        self.assertEqual(policies.goals(table, [64])["adaptive:5ms"],
+                         ["c=64 0.947x best fixed (fixed:1ms) (goal >= 1)"])
+
     def test_rounds_report_each_levels_median_round(self):
         rounds = [[point(64, 900, 5000), point(256, 1000, 9000)],
                   [point(64, 500, 9000), point(256, 3000, 3000)],

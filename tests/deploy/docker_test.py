@@ -22,6 +22,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -31,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "testing"))
 import deploy_common  # noqa: E402
-from proc_util import Process, free_port  # noqa: E402
+from proc_util import Process, free_port, tail  # noqa: E402
 
 ARGS = None
 DOCKERFILES = ("Dockerfile.cpu", "Dockerfile.cuda")
@@ -183,27 +184,32 @@ class Dockerfiles(unittest.TestCase):
             self.skipTest("needs --server and --model")
         port, grpc_port = free_port(), free_port()
         cmd = self.healthcheck_command("Dockerfile.cpu", port)
-        self.assertNotEqual(subprocess.run(cmd, timeout=10, capture_output=True).returncode,
-                            0, "healthy with nothing listening")
-        proc = Process([ARGS.server, f"--model={ARGS.model}",
-                        f"--address=127.0.0.1:{grpc_port}", "--http_address=",
-                        f"--metrics_address=127.0.0.1:{port}",
-                        "--device=cpu", "--threads=1",
-                        "--monitor_log_interval=0"])
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                self.assertIsNone(proc.poll(), "server exited")
-                if subprocess.run(cmd, timeout=10, capture_output=True).returncode == 0:
-                    break
-                time.sleep(0.2)
-            else:
-                self.fail("HEALTHCHECK never passed against a ready server")
-            # Both images use the same probe.
-            self.assertEqual(self.healthcheck_command("Dockerfile.cuda", port), cmd)
-        finally:
-            proc.stop(grace=20)
-
+        probe = subprocess.run(cmd, timeout=10, capture_output=True, text=True)
+        self.assertNotEqual(probe.returncode, 0,
+                            f"healthy with nothing listening on {port}: {probe.stdout!r}")
+        with tempfile.TemporaryDirectory(prefix="metalserve-docker-") as tmp:
+            log = os.path.join(tmp, "server.log")
+            proc = Process([ARGS.server, f"--model={ARGS.model}",
+                            f"--address=127.0.0.1:{grpc_port}", "--http_address=",
+                            f"--metrics_address=127.0.0.1:{port}",
+                            "--device=cpu", "--threads=1",
+                            "--monitor_log_interval=0"], log_path=log)
+            try:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    self.assertIsNone(proc.poll(), "server exited:\n" + tail(log))
+                    probe = subprocess.run(cmd, timeout=10, capture_output=True, text=True)
+                    if probe.returncode == 0:
+                        break
+                    time.sleep(0.2)
+                else:
+                    self.fail(f"HEALTHCHECK never passed against a ready server (last "
+                              f"probe: exit {probe.returncode}, {probe.stderr!r}):\n"
+                              + tail(log))
+                # Both images use the same probe.
+                self.assertEqual(self.healthcheck_command("Dockerfile.cuda", port), cmd)
+            finally:
+                proc.stop(grace=20)
 
 def main():
     global ARGS
