@@ -56,7 +56,11 @@ int CurrentIntraOpThreads();
 // changes. Without the second check, a forward on an executor thread
 // (torch_runner.h, cpu_forward_on_caller) setting one thread would leave
 // another model's parallel batches on the device thread, whose own count
-// had not changed, with a one-thread pool. `threads` < 1: no-op.
+// had not changed, with a one-thread pool. The price: forwards at different
+// counts on one device (two models, or one model's sizes) pay
+// at::set_num_threads (a new pthreadpool, oneDNN's cache cleared) at every
+// alternation, as they did when all of them ran on the device thread;
+// forwards at one count never do. `threads` < 1: no-op.
 void SetIntraOpThreads(int threads);
 
 }  // namespace metalserve
