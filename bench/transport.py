@@ -4,6 +4,10 @@ client (metalserve-bench) against, for the same payload:
 
   echo   bench/transport/echo_server: gRPC alone (receives the request,
          answers a fixed response of the model's output size, parses nothing);
+  echo_async  the same through gRPC's asynchronous API (completion queues
+         polled by two threads of its own, echo_server --api=async); only
+         when named in --servers: what the callback API that echo and
+         metalserve use costs above it;
   null   metalserve --model=null:<signature.json>: the whole server (parse,
          validate, queue, batch, split, serialise) with no model work;
   model  metalserve with the real model (when --model is given),
@@ -92,13 +96,13 @@ def addresses(workdir, tag):
     return {"tcp": f"127.0.0.1:{port}", "uds": f"unix://{sock}"}
 
 
-def start_echo(a, sig, workdir, tag):
+def start_echo(a, sig, workdir, tag, extra=()):
     addr = addresses(workdir, tag)
     # The echo server takes one address: one process per transport.
     procs = {}
     for kind, target in addr.items():
         procs[kind] = Proc([os.path.join(a.build, "bench/transport/echo_server"),
-                            f"--signature={sig}", f"--address={target}"],
+                            f"--signature={sig}", f"--address={target}", *extra],
                            os.path.join(workdir, f"{tag}-{kind}.log"), "ready: gRPC",
                            env=server_env(a))
     return procs, addr
@@ -136,6 +140,8 @@ def measure(a, proc, target):
 def payload_rows(a, sig, workdir):
     name = os.path.splitext(os.path.basename(sig))[0]
     kinds = [("echo", lambda t: start_echo(a, sig, workdir, t)),
+             ("echo_async", lambda t: start_echo(a, sig, workdir, t,
+                                                 ["--api=async", "--cq_threads=2"])),
              ("null", lambda t: start_metalserve(a, f"null:{sig}", workdir, t))]
     # The model runs with its own signature's payload only (metalserve-bench
     # builds its requests from the server's metadata).
@@ -158,7 +164,7 @@ def payload_rows(a, sig, workdir):
 
 
 def print_row(r):
-    print(f"{r['payload']:>10} {r['server']:>5} {r['transport']:>3}"
+    print(f"{r['payload']:>10} {r['server']:>10} {r['transport']:>3}"
           f" {r['requests_per_s']:9.0f} req/s  p50 {r['p50_ms']:6.3f} ms"
           f"  p99 {r['p99_ms']:6.3f} ms  server CPU {r['server_cpu_us_per_request']:7.1f}"
           f" us/request  ({r['requests']} requests, {r['errors']} errors)", flush=True)
@@ -172,7 +178,7 @@ def summary(rows):
         if f and r["server"] != "echo":
             r["cpu_over_floor"] = r["server_cpu_us_per_request"] / max(
                 1e-9, f["server_cpu_us_per_request"])
-            print(f"{r['payload']:>10} {r['server']:>5} {r['transport']:>3}: "
+            print(f"{r['payload']:>10} {r['server']:>10} {r['transport']:>3}: "
                   f"{r['cpu_over_floor']:.2f}x the echo floor's CPU per request, "
                   f"{r['requests_per_s'] / max(1e-9, f['requests_per_s']):.2f}x its throughput")
 
@@ -190,7 +196,8 @@ def main():
     p.add_argument("--metalserve", default="",
                    help="the server binary (default <build>/metalserve), e.g. to compare builds")
     p.add_argument("--servers", default="echo,null,model",
-                   help="which of echo, null, model to run (model only with --model)")
+                   help="which of echo, echo_async, null, model to run (model only with "
+                        "--model)")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     p.add_argument("--input", default="zeros")

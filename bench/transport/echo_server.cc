@@ -8,7 +8,13 @@
 // gRPC costs to move the same bytes. GetModelMetadata answers from the
 // signature so that metalserve-bench can build its requests.
 //
+// --api=async serves Predict through gRPC's asynchronous API instead: one
+// completion queue per thread (--cq_threads), each polled by its own thread,
+// which answers the call itself; what gRPC's callback API (metalserve's)
+// costs above that is the difference of the two floors.
+//
 //   echo_server --signature=build/models/identity.json --address=127.0.0.1:0
+//   echo_server --signature=build/models/identity.json --api=async --cq_threads=2
 //
 // Prints "ready: gRPC on <address> port <port>" once it serves; stops on
 // SIGTERM/SIGINT. Bench-only: not installed, no metrics, no TLS.
@@ -19,6 +25,8 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -34,6 +42,10 @@ ABSL_FLAG(std::string, signature, "", "Signature .json of the model to imitate (
 ABSL_FLAG(std::string, address, "127.0.0.1:0",
           "Listen address host:port or unix:///path; port 0 picks one");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "Largest gRPC message in bytes");
+ABSL_FLAG(std::string, api, "callback",
+          "How Predict is served: callback (gRPC's callback API, as metalserve serves) or "
+          "async (completion queues polled by --cq_threads threads of its own)");
+ABSL_FLAG(int, cq_threads, 2, "With --api=async: completion queues, one thread each");
 
 namespace metalserve {
 namespace {
@@ -44,11 +56,11 @@ using v1::GetModelMetadataResponse;
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
-class EchoService final
-    : public v1::Inference::WithRawCallbackMethod_Predict<
-          v1::Inference::WithCallbackMethod_GetModelMetadata<v1::Inference::Service>> {
+// The answers, built once from the signature: Predict's serialised
+// response for one row and GetModelMetadata's.
+class Canned {
  public:
-  explicit EchoService(const ModelSignature& sig) {
+  explicit Canned(const ModelSignature& sig) {
     v1::PredictResponse response;
     response.set_model_name(sig.name);
     response.set_device("none");
@@ -70,18 +82,10 @@ class EchoService final
     for (const TensorSpec& s : sig.outputs) Add(s, metadata_.add_outputs());
   }
 
-  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
-                                    const grpc::ByteBuffer* /*request*/,
-                                    grpc::ByteBuffer* response) override {
-    *response = response_;  // a reference to the same slices, no copy
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
+  const grpc::ByteBuffer& response() const { return response_; }
 
-  grpc::ServerUnaryReactor* GetModelMetadata(grpc::CallbackServerContext* context,
-                                             const GetModelMetadataRequest*,
-                                             GetModelMetadataResponse* response) override {
+  grpc::ServerUnaryReactor* Metadata(grpc::CallbackServerContext* context,
+                                     GetModelMetadataResponse* response) const {
     *response = metadata_;
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -99,18 +103,111 @@ class EchoService final
   GetModelMetadataResponse metadata_;
 };
 
+class EchoService final
+    : public v1::Inference::WithRawCallbackMethod_Predict<
+          v1::Inference::WithCallbackMethod_GetModelMetadata<v1::Inference::Service>> {
+ public:
+  explicit EchoService(const Canned& canned) : canned_(canned) {}
+
+  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* /*request*/,
+                                    grpc::ByteBuffer* response) override {
+    *response = canned_.response();  // a reference to the same slices, no copy
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* GetModelMetadata(grpc::CallbackServerContext* context,
+                                             const GetModelMetadataRequest*,
+                                             GetModelMetadataResponse* response) override {
+    return canned_.Metadata(context, response);
+  }
+
+ private:
+  const Canned& canned_;
+};
+
+// Predict through the asynchronous API (GetModelMetadata stays a callback).
+class AsyncEchoService final
+    : public v1::Inference::WithRawMethod_Predict<
+          v1::Inference::WithCallbackMethod_GetModelMetadata<v1::Inference::Service>> {
+ public:
+  explicit AsyncEchoService(const Canned& canned) : canned_(canned) {}
+
+  grpc::ServerUnaryReactor* GetModelMetadata(grpc::CallbackServerContext* context,
+                                             const GetModelMetadataRequest*,
+                                             GetModelMetadataResponse* response) override {
+    return canned_.Metadata(context, response);
+  }
+
+  // Serves `cq` until it is shut down and drained: every call is asked for,
+  // answered and freed on this thread.
+  void Poll(grpc::ServerCompletionQueue* cq) {
+    // Calls asked for at once on this queue, so that a burst of clients
+    // finds one waiting.
+    constexpr int kWaiting = 16;
+    for (int i = 0; i < kWaiting; ++i) Ask(cq);
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq->Next(&tag, &ok)) {
+      auto* call = static_cast<Call*>(tag);
+      if (call->answered || !ok) {  // answered, or the server shuts down
+        delete call;
+        continue;
+      }
+      Ask(cq);
+      call->answered = true;
+      call->writer.Finish(canned_.response(), grpc::Status::OK, call);
+    }
+  }
+
+ private:
+  struct Call {
+    grpc::ServerContext context;
+    grpc::ByteBuffer request;
+    grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> writer{&context};
+    bool answered = false;
+  };
+
+  void Ask(grpc::ServerCompletionQueue* cq) {
+    auto* call = new Call;
+    RequestPredict(&call->context, &call->request, &call->writer, cq, cq, call);
+  }
+
+  const Canned& canned_;
+};
+
 int Main() {
   auto sig = ReadModelSignature(absl::GetFlag(FLAGS_signature));
   if (!sig.ok()) {
     std::cerr << "echo_server: --signature: " << sig.status() << "\n";
     return 2;
   }
-  EchoService service(*sig);
+  const std::string api = absl::GetFlag(FLAGS_api);
+  const int cq_threads = absl::GetFlag(FLAGS_cq_threads);
+  if (api != "callback" && api != "async") {
+    std::cerr << "echo_server: --api: '" << api << "' is neither callback nor async\n";
+    return 2;
+  }
+  if (cq_threads < 1) {
+    std::cerr << "echo_server: --cq_threads: " << cq_threads << " is below 1\n";
+    return 2;
+  }
+  const Canned canned(*sig);
+  EchoService callback_service(canned);
+  AsyncEchoService async_service(canned);
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address = absl::GetFlag(FLAGS_address);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs;
+  if (api == "async") {
+    builder.RegisterService(&async_service);
+    for (int i = 0; i < cq_threads; ++i) cqs.push_back(builder.AddCompletionQueue());
+  } else {
+    builder.RegisterService(&callback_service);
+  }
   builder.SetMaxReceiveMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
   builder.SetMaxSendMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -118,11 +215,20 @@ int Main() {
     std::cerr << "echo_server: cannot listen on " << address << "\n";
     return 1;
   }
-  std::cout << "ready: gRPC on " << address << " port " << port << std::endl;
+  std::vector<std::thread> pollers;
+  for (auto& cq : cqs) {
+    pollers.emplace_back([&async_service, q = cq.get()] { async_service.Poll(q); });
+  }
+  std::cout << "ready: gRPC on " << address << " port " << port << " api " << api
+            << std::endl;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   while (g_stop == 0) absl::SleepFor(absl::Milliseconds(20));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // After the server: the calls still asked for come back not ok, then Next
+  // ends once the queue is shut down and drained.
+  for (auto& cq : cqs) cq->Shutdown();
+  for (std::thread& t : pollers) t.join();
   return 0;
 }
 

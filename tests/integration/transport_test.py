@@ -180,6 +180,23 @@ class TransportScriptTest(unittest.TestCase):
             self.assertGreater(r["requests"], 0, r)
             self.assertGreater(r["server_cpu_us_per_request"], 0, r)
 
+    def test_async_echo_floor_answers_over_tcp_and_socket(self):
+        # echo_server --api=async: the same canned answer through completion
+        # queues; every request answered over both transports.
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "t.json")
+            subprocess.run([sys.executable, ARGS.script, f"--build={ARGS.build}",
+                            f"--payloads={ARGS.signature}", "--duration=0.5",
+                            "--concurrency=4", "--servers=echo_async", f"--json={out}"],
+                           check=True, timeout=120, capture_output=True)
+            with open(out) as f:
+                rows = json.load(f)["rows"]
+        self.assertEqual(sorted((r["server"], r["transport"]) for r in rows),
+                         [("echo_async", "tcp"), ("echo_async", "uds")])
+        for r in rows:
+            self.assertEqual(r["errors"], 0, r)
+            self.assertGreater(r["requests"], 0, r)
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
