@@ -75,6 +75,8 @@ class Proc:
         raise SystemExit(f"{cmd[0]} did not become ready in {timeout} s")
 
     def stop(self):
+        """SIGTERM, then SIGKILL after 60 s; returns the exit status (0 for a
+        clean stop, negative for a signal)."""
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=60)
@@ -82,6 +84,7 @@ class Proc:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+        return self.proc.returncode
 
 
 def server_env(a):
@@ -158,8 +161,15 @@ def payload_rows(a, sig, workdir):
                 rows.append(r)
                 print_row(r)
         finally:
-            for p in set(procs.values()):
-                p.stop()
+            codes = [(p, p.stop()) for p in set(procs.values())]
+        # A server that crashes or hangs on SIGTERM is a broken run even when
+        # its figures came back.
+        for p, code in codes:
+            if code != 0:
+                with open(p.log.name, errors="replace") as f:
+                    text = f.read()
+                raise SystemExit(f"{kind} server did not stop cleanly (exit status "
+                                 f"{code}):\n{text[-3000:]}")
     return rows
 
 

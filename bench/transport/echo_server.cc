@@ -23,7 +23,9 @@
 #include <malloc.h>
 #endif
 #include <iostream>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -142,23 +144,41 @@ class AsyncEchoService final
   }
 
   // Serves `cq` until it is shut down and drained: every call is asked for,
-  // answered and freed on this thread.
+  // answered and freed on this thread. Call once per queue, before Stop.
   void Poll(grpc::ServerCompletionQueue* cq) {
+    Poller& poller = AddPoller();
     // Calls asked for at once on this queue, so that a burst of clients
     // finds one waiting.
     constexpr int kWaiting = 16;
-    for (int i = 0; i < kWaiting; ++i) Ask(cq);
+    {
+      std::lock_guard<std::mutex> lock(poller.mu);
+      for (int i = 0; !poller.stopping && i < kWaiting; ++i) Ask(cq);
+    }
     void* tag = nullptr;
     bool ok = false;
     while (cq->Next(&tag, &ok)) {
       auto* call = static_cast<Call*>(tag);
-      if (call->answered || !ok) {  // answered, or the server shuts down
+      std::lock_guard<std::mutex> lock(poller.mu);
+      // Answered, refused by a server shutting down, or matched after Stop:
+      // gRPC aborts on a call asked for or answered on a queue shut down.
+      if (call->answered || !ok || poller.stopping) {
         delete call;
         continue;
       }
       Ask(cq);
       call->answered = true;
       call->writer.Finish(canned_.response(), grpc::Status::OK, call);
+    }
+  }
+
+  // Before the server's Shutdown and the queues': when it returns no poller
+  // is asking for or answering a call, and none will again.
+  void Stop() {
+    std::lock_guard<std::mutex> lock(pollers_mu_);
+    stopped_ = true;
+    for (Poller& p : pollers_) {
+      std::lock_guard<std::mutex> poller_lock(p.mu);
+      p.stopping = true;
     }
   }
 
@@ -169,6 +189,19 @@ class AsyncEchoService final
     grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> writer{&context};
     bool answered = false;
   };
+  // One per queue: its thread holds `mu` while it asks for or answers a
+  // call (uncontended but for Stop).
+  struct Poller {
+    std::mutex mu;
+    bool stopping = false;
+  };
+
+  Poller& AddPoller() {
+    std::lock_guard<std::mutex> lock(pollers_mu_);
+    Poller& p = pollers_.emplace_back();
+    p.stopping = stopped_;  // a thread that started after Stop asks for nothing
+    return p;
+  }
 
   void Ask(grpc::ServerCompletionQueue* cq) {
     auto* call = new Call;
@@ -176,6 +209,9 @@ class AsyncEchoService final
   }
 
   const Canned& canned_;
+  std::mutex pollers_mu_;
+  std::list<Poller> pollers_;  // a list: a Poller's address stays put
+  bool stopped_ = false;       // guarded by pollers_mu_
 };
 
 int Main() {
@@ -224,6 +260,7 @@ int Main() {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   while (g_stop == 0) absl::SleepFor(absl::Milliseconds(20));
+  async_service.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   // After the server: the calls still asked for come back not ok, then Next
   // ends once the queue is shut down and drained.

@@ -21,14 +21,19 @@ std::atomic<int> process_threads{0};
 
 int CurrentIntraOpThreads() { return at::get_num_threads(); }
 
+void ApplyIntraOpThreads(int threads) {
+  if (threads < 1) return;
+  at::set_num_threads(threads);
+  process_threads.store(threads, std::memory_order_relaxed);
+}
+
 void SetIntraOpThreads(int threads) {
   if (threads < 1) return;
   if (at::get_num_threads() == threads &&
       process_threads.load(std::memory_order_relaxed) == threads) {
     return;
   }
-  at::set_num_threads(threads);
-  process_threads.store(threads, std::memory_order_relaxed);
+  ApplyIntraOpThreads(threads);
 }
 
 }  // namespace metalserve

@@ -60,8 +60,14 @@ int CurrentIntraOpThreads();
 // counts on one device (two models, or one model's sizes) pay
 // at::set_num_threads (a new pthreadpool, oneDNN's cache cleared) at every
 // alternation, as they did when all of them ran on the device thread;
-// forwards at one count never do. `threads` < 1: no-op.
+// forwards at one count never do (beyond LibTorch's own first call on each
+// new thread). `threads` < 1: no-op.
 void SetIntraOpThreads(int threads);
+// at::set_num_threads(threads) whatever the counts, noted for
+// SetIntraOpThreads: every direct setting in the runtime goes through here
+// (a model's --threads at load), so that the process-wide count the check
+// above trusts is the one LibTorch holds. `threads` < 1: no-op.
+void ApplyIntraOpThreads(int threads);
 
 }  // namespace metalserve
 

@@ -181,7 +181,7 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   LOG(INFO) << "runtime: device " << info_.device << " (requested " << options.device
             << "), LibTorch " << TORCH_VERSION << ", PYTORCH_ENABLE_MPS_FALLBACK="
             << (fallback != nullptr ? fallback : "<unset>");
-  if (options.threads > 0) at::set_num_threads(options.threads);
+  ApplyIntraOpThreads(options.threads);
   LOG(INFO) << "runtime: intra-op threads " << at::get_num_threads();
 
   // All device work (load and warm-up included, on every device) runs on
@@ -206,7 +206,7 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   ASSIGN_OR_RETURN(device_, TorchDevice::Create(std::move(choice), std::move(thread)));
   // OpenMP's thread count is per calling thread: set it where forwards run.
   if (options.threads > 0) {
-    RETURN_IF_ERROR(OnDevice([&] { at::set_num_threads(options.threads); }));
+    RETURN_IF_ERROR(OnDevice([&] { ApplyIntraOpThreads(options.threads); }));
   }
   path_ = std::make_unique<ForwardPath>(device_, options.channels_last,
                                         options.forward_observer);

@@ -204,12 +204,14 @@ class Dockerfiles(unittest.TestCase):
                     time.sleep(0.2)
                 else:
                     self.fail(f"HEALTHCHECK never passed against a ready server (last "
-                              f"probe: exit {probe.returncode}, {probe.stderr!r}):\n"
+                              f"probe: exit {probe.returncode}, {probe.stdout!r}, "
+                              f"{probe.stderr!r}):\n"
                               + tail(log))
                 # Both images use the same probe.
                 self.assertEqual(self.healthcheck_command("Dockerfile.cuda", port), cmd)
             finally:
                 proc.stop(grace=20)
+
 
 def main():
     global ARGS

@@ -182,7 +182,8 @@ class TransportScriptTest(unittest.TestCase):
 
     def test_async_echo_floor_answers_over_tcp_and_socket(self):
         # echo_server --api=async: the same canned answer through completion
-        # queues; every request answered over both transports.
+        # queues; every request answered over both transports, and each
+        # server stops cleanly on SIGTERM (transport.py fails otherwise).
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "t.json")
             subprocess.run([sys.executable, ARGS.script, f"--build={ARGS.build}",

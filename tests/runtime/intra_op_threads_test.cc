@@ -1,6 +1,7 @@
 // Intra-op threads per batch size (intra_op_threads.h): the rule, and the
 // runner serving a small model's batches on one thread when given two.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/model_config/model_config.h"
+#include "server/runtime/device_thread.h"
 #include "server/runtime/intra_op_threads.h"
 #include "server/runtime/torch_runner.h"
 #include "tests/testing/status_matchers.h"
@@ -58,6 +60,23 @@ TEST(IntraOpThreadsTest, AThreadReappliesItsCountAfterAnotherThreadSetADifferent
   on_a_new_thread([&] { fresh = CurrentIntraOpThreads(); });
   EXPECT_EQ(fresh, 2);
   EXPECT_EQ(CurrentIntraOpThreads(), 2);
+  SetIntraOpThreads(before);
+}
+
+// A count set directly (a model's --threads at load) goes through
+// ApplyIntraOpThreads, so a thread whose own count already matches still
+// sees that the process-wide one moved: here an executor that set 1 before a
+// model was loaded with 2 sets 1 again on its next forward.
+TEST(IntraOpThreadsTest, ACountAppliedAtLoadIsSeenByAThreadAlreadyAtItsCount) {
+  const int before = CurrentIntraOpThreads();
+  std::shared_ptr<DeviceThread> executor = DeviceThread::Create("executor");
+  ASSERT_THAT(executor->RunSync([] { SetIntraOpThreads(1); }), IsOk());
+  ApplyIntraOpThreads(2);  // this thread: a model's load with --threads=2
+  ASSERT_THAT(executor->RunSync([] { SetIntraOpThreads(1); }), IsOk());
+  int fresh = 0;
+  std::thread([&] { fresh = CurrentIntraOpThreads(); }).join();
+  EXPECT_EQ(fresh, 1);
+  executor->Shutdown();
   SetIntraOpThreads(before);
 }
 
