@@ -333,8 +333,10 @@ absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
   }
   // A one-row batch may run on its executor only for a model served on one
   // intra-op thread at every size: at::set_num_threads on an executor also
-  // sets LibTorch's process-wide count for pthreadpool kernels, which this
-  // model's larger batches on the device thread would then inherit.
+  // sets LibTorch's process-wide count (pthreadpool kernels), so a model with
+  // a parallel size would have its device-thread batches set it back at every
+  // turn (SetIntraOpThreads), each time a new pthreadpool and oneDNN's cache
+  // cleared.
   cpu_forward_on_caller_ =
       cpu_forward_on_caller_ && device_->device().is_cpu() &&
       std::all_of(info_.warmup_timings.begin(), info_.warmup_timings.end(),
