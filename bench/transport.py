@@ -10,7 +10,10 @@ client (metalserve-bench) against, for the same payload:
          metalserve use costs above it;
   null   metalserve --model=null:<signature.json>: the whole server (parse,
          validate, queue, batch, split, serialise) with no model work;
-  model  metalserve with the real model (when --model is given),
+  model  metalserve with the real model (when --model is given);
+  null_async, model_async  the same with --grpc_api=async
+         --grpc_cq_threads=<--cq_threads>, only when named in --servers:
+         compared with echo_async as null and model are with echo,
 
 each over TCP loopback and over a Unix domain socket (one server listening on
 both: --address=127.0.0.1:P,unix:///...). Server CPU per request is the server
@@ -111,13 +114,13 @@ def start_echo(a, sig, workdir, tag, extra=()):
     return procs, addr
 
 
-def start_metalserve(a, model, workdir, tag):
+def start_metalserve(a, model, workdir, tag, extra=()):
     addr = addresses(workdir, tag)
     cmd = [a.metalserve or os.path.join(a.build, "metalserve"), f"--model={model}",
            f"--address={addr['tcp']},{addr['uds']}", "--metrics_address=", "--http_address=",
            f"--max_batch_size={a.max_batch_size}", f"--threads={a.threads}",
            f"--max_queue_delay={a.max_queue_delay}", "--monitor_log_interval=0",
-           "--device=cpu"] + a.server_args
+           "--device=cpu"] + a.server_args + list(extra)
     p = Proc(cmd, os.path.join(workdir, f"{tag}.log"), "ready: gRPC", env=server_env(a))
     return {"tcp": p, "uds": p}, addr
 
@@ -142,14 +145,19 @@ def measure(a, proc, target):
 
 def payload_rows(a, sig, workdir):
     name = os.path.splitext(os.path.basename(sig))[0]
+    queues = ["--grpc_api=async", f"--grpc_cq_threads={a.cq_threads}"]
     kinds = [("echo", lambda t: start_echo(a, sig, workdir, t)),
              ("echo_async", lambda t: start_echo(a, sig, workdir, t,
-                                                 ["--api=async", "--cq_threads=2"])),
-             ("null", lambda t: start_metalserve(a, f"null:{sig}", workdir, t))]
+                                                 ["--api=async",
+                                                  f"--cq_threads={a.cq_threads}"])),
+             ("null", lambda t: start_metalserve(a, f"null:{sig}", workdir, t)),
+             ("null_async", lambda t: start_metalserve(a, f"null:{sig}", workdir, t, queues))]
     # The model runs with its own signature's payload only (metalserve-bench
     # builds its requests from the server's metadata).
     if a.model and os.path.abspath(os.path.splitext(a.model)[0] + ".json") == os.path.abspath(sig):
         kinds.append(("model", lambda t: start_metalserve(a, a.model, workdir, t)))
+        kinds.append(("model_async",
+                      lambda t: start_metalserve(a, a.model, workdir, t, queues)))
     kinds = [k for k in kinds if k[0] in a.servers.split(",")]
     rows = []
     for kind, start in kinds:
@@ -181,15 +189,18 @@ def print_row(r):
 
 
 def summary(rows):
-    """Each server's CPU per request over the echo floor, same payload and transport."""
-    floor = {(r["payload"], r["transport"]): r for r in rows if r["server"] == "echo"}
+    """Each server's CPU per request over the echo floor of its API, same payload
+    and transport: echo_async's for the *_async servers, echo's for the rest."""
+    floor = {(r["payload"], r["transport"], r["server"]): r for r in rows
+             if r["server"] in ("echo", "echo_async")}
     for r in rows:
-        f = floor.get((r["payload"], r["transport"]))
-        if f and r["server"] != "echo":
+        api_floor = "echo_async" if r["server"].endswith("_async") else "echo"
+        f = floor.get((r["payload"], r["transport"], api_floor))
+        if f and r["server"] != api_floor:
             r["cpu_over_floor"] = r["server_cpu_us_per_request"] / max(
                 1e-9, f["server_cpu_us_per_request"])
             print(f"{r['payload']:>10} {r['server']:>10} {r['transport']:>3}: "
-                  f"{r['cpu_over_floor']:.2f}x the echo floor's CPU per request, "
+                  f"{r['cpu_over_floor']:.2f}x the {api_floor} floor's CPU per request, "
                   f"{r['requests_per_s'] / max(1e-9, f['requests_per_s']):.2f}x its throughput")
 
 
@@ -206,8 +217,10 @@ def main():
     p.add_argument("--metalserve", default="",
                    help="the server binary (default <build>/metalserve), e.g. to compare builds")
     p.add_argument("--servers", default="echo,null,model",
-                   help="which of echo, echo_async, null, model to run (model only with "
-                        "--model)")
+                   help="which of echo, echo_async, null, null_async, model, model_async "
+                        "to run (model* only with --model)")
+    p.add_argument("--cq_threads", type=int, default=2,
+                   help="completion queues (threads) of echo_async and the *_async servers")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     p.add_argument("--input", default="zeros")

@@ -145,6 +145,13 @@ ABSL_FLAG(absl::Duration, unread_response_timeout, absl::Seconds(30),
           "An answer the client has not read within this is cancelled");
 ABSL_FLAG(int, max_concurrent_streams, 0, "Calls one connection may have open at once; "
           "0 = gRPC's default (no limit)");
+ABSL_FLAG(std::string, grpc_api, "auto",
+          "How Predict and ModelInfer are served: callback (gRPC's callback API), async "
+          "(completion queues polled by --grpc_cq_threads threads of the server's) or auto "
+          "(async with 8 or more cores, where it measured cheaper per request; "
+          "docs/performance.md)");
+ABSL_FLAG(int, grpc_cq_threads, 0, "With --grpc_api=async: completion queues, one thread "
+          "each; 0 = 2 (the cheapest measured on a 16-core host)");
 ABSL_FLAG(int64_t, empty_cache_every, 0, "Empty the device cache every N batches; 0 = off");
 ABSL_FLAG(absl::Duration, empty_cache_interval, absl::ZeroDuration(),
           "Empty the device cache this often while idle; 0 = off");
@@ -348,6 +355,20 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   so.max_unread_response_bytes = absl::GetFlag(FLAGS_max_unread_response_bytes);
   so.unread_response_timeout = absl::GetFlag(FLAGS_unread_response_timeout);
   so.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  if (auto api = metalserve::ParseGrpcApi(absl::GetFlag(FLAGS_grpc_api),
+                                         static_cast<int>(std::thread::hardware_concurrency()));
+      api.ok()) {
+    so.grpc_api = *api;
+    if (absl::GetFlag(FLAGS_grpc_api) == "auto") {
+      LOG(INFO) << "--grpc_api=auto: " << metalserve::GrpcApiName(*api) << " on "
+                << std::thread::hardware_concurrency() << " cores (async from "
+                << metalserve::kAsyncMinCores << ")";
+    }
+  } else {
+    LOG(ERROR) << "flags: " << api.status();
+    std::exit(2);
+  }
+  so.grpc_cq_threads = absl::GetFlag(FLAGS_grpc_cq_threads);
   so.batching.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   so.batching.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
   so.batching.allowed_batch_sizes = ParseSizes(absl::GetFlag(FLAGS_allowed_batch_sizes));

@@ -30,14 +30,10 @@ constexpr absl::string_view kPredict = "Predict";
 // response buffer before finishing the call.
 class PredictTask final : public RpcInferTask {
  public:
-  PredictTask(grpc::CallbackServerContext* context,
-              grpc::ServerUnaryReactor* reactor,
-              std::unique_ptr<SlicedPredictRequest> request, grpc::ByteBuffer* response,
-              std::vector<InputView> inputs, ServableHandle model,
-              Metrics* metrics, Clock* clock, absl::Time start,
-              const std::atomic<bool>* cut_off)
-      : RpcInferTask(context, reactor, std::move(inputs), kPredict, metrics,
-                     clock, start, cut_off),
+  PredictTask(const UnaryCall& call, std::unique_ptr<SlicedPredictRequest> request,
+              grpc::ByteBuffer* response, std::vector<InputView> inputs,
+              ServableHandle model, Clock* clock, const std::atomic<bool>* cut_off)
+      : RpcInferTask(call, std::move(inputs), clock, cut_off),
         request_(std::move(request)),
         response_bytes_(response),
         model_(std::move(model)) {
@@ -80,22 +76,59 @@ InferenceService::InferenceService(const ModelLookup* models,
                                    Metrics* metrics, Clock* clock,
                                    std::string server_version,
                                    AccessLog* access_log,
-                                   HeldBytesBudget* held_bytes)
+                                   HeldBytesBudget* held_bytes, GrpcApi api)
     : models_(models),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
       server_version_(std::move(server_version)),
       access_log_(access_log),
-      held_bytes_(held_bytes) {}
+      held_bytes_(held_bytes) {
+  // What the generated WithRawMethod_Predict / WithRawCallbackMethod_Predict
+  // do, chosen at run time.
+  const int index = MethodIndex(metalserve::v1::Inference::service_full_name(), "Predict");
+  if (api == GrpcApi::kAsync) {
+    MarkMethodRaw(index);
+  } else {
+    MarkMethodRawCallback(
+        index, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+                   [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
+                          grpc::ByteBuffer* response) {
+                     return PredictCallback(context, body, response);
+                   }));
+  }
+}
 
-grpc::ServerUnaryReactor* InferenceService::Predict(
+grpc::ServerUnaryReactor* InferenceService::PredictCallback(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
     grpc::ByteBuffer* response) {
+  return ServePredict({.context = context, .reactor = context->DefaultReactor()}, body,
+                      response);
+}
+
+AsyncUnaryMethod InferenceService::AsyncPredict() {
+  const int index = MethodIndex(metalserve::v1::Inference::service_full_name(), "Predict");
+  return {.request =
+              [this, index](grpc::ServerContext* context, grpc::ByteBuffer* body,
+                            grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* writer,
+                            grpc::ServerCompletionQueue* queue, void* tag) {
+                RequestAsyncUnary(index, context, body, writer, queue, queue, tag);
+              },
+          .handle =
+              [this](AsyncUnaryCall* call) {
+                ServePredict({.context = call->context(), .async = call}, call->request(),
+                             call->response());
+              }};
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServePredict(UnaryCall call,
+                                                         const grpc::ByteBuffer* body,
+                                                         grpc::ByteBuffer* response) {
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kPredict);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  UnaryCall call{.context = context, .reactor = reactor, .method = kPredict,
-                 .metrics = metrics_, .start = start};
+  call.method = kPredict;
+  call.metrics = metrics_;
+  call.start = start;
+  grpc::ServerUnaryReactor* const reactor = call.reactor;
   ServableHandle logged;  // the model a refusal is logged under
   auto fail = [&](const absl::Status& status) {
     if (access_log_ != nullptr && call.model == nullptr) {
@@ -144,9 +177,8 @@ grpc::ServerUnaryReactor* InferenceService::Predict(
   if (!inputs.ok()) return fail(inputs.status());
 
   const int predict_priority = request->skeleton.priority();
-  auto predict = std::make_unique<PredictTask>(
-      context, reactor, std::move(request), response, *std::move(inputs), *model,
-      metrics_, clock_, start, &cut_off_);
+  auto predict = std::make_unique<PredictTask>(call, std::move(request), response,
+                                              *std::move(inputs), *model, clock_, &cut_off_);
   predict->set_access_log(access_log_, &info);
   predict->set_priority(predict_priority);
   std::unique_ptr<BatchTask> task = std::move(predict);

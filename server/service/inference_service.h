@@ -1,4 +1,6 @@
-// The native metalserve.v1.Inference gRPC service (callback API).
+// The native metalserve.v1.Inference gRPC service: Predict through the
+// callback API or completion queues (GrpcApi, async_unary.h),
+// GetModelMetadata through the callback API.
 //
 // Predict looks the model version up (model_name, model_version; a
 // ModelLookup, model_lookup.h) and takes a handle to it, validates the
@@ -25,7 +27,9 @@
 #include "common/clock.h"
 #include "server/metrics/metrics.h"
 #include "server/service/access_log.h"
+#include "server/service/async_unary.h"
 #include "server/service/model_lookup.h"
+#include "server/service/rpc_task.h"
 #include "server/service/sliced_request.h"
 
 namespace metalserve {
@@ -36,21 +40,26 @@ namespace metalserve {
 // read first, to know whose queue); a body that does not parse is answered
 // INVALID_ARGUMENT and counted like any other bad request.
 class InferenceService final
-    : public metalserve::v1::Inference::WithRawCallbackMethod_Predict<
-          metalserve::v1::Inference::WithCallbackMethod_GetModelMetadata<
-              metalserve::v1::Inference::Service>> {
+    : public metalserve::v1::Inference::WithCallbackMethod_GetModelMetadata<
+          metalserve::v1::Inference::Service> {
  public:
   // `metrics` and `access_log` may be null. Requests' tensor bytes are read
   // in place from gRPC's slices while `held_bytes` (not owned, shared with
   // KServe's ModelInfer; null: never) has room for them (sliced_request.h).
+  // With `api` kAsync, Predict is registered as an asynchronous raw method:
+  // AsyncPredict() is what an AsyncUnaryServer serves it with.
   InferenceService(const ModelLookup* models, Metrics* metrics,
                    Clock* clock, std::string server_version,
                    AccessLog* access_log = nullptr,
-                   HeldBytesBudget* held_bytes = nullptr);
+                   HeldBytesBudget* held_bytes = nullptr,
+                   GrpcApi api = GrpcApi::kCallback);
 
-  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
-                                    const grpc::ByteBuffer* request,
-                                    grpc::ByteBuffer* response) override;
+  // Predict through the callback API.
+  grpc::ServerUnaryReactor* PredictCallback(grpc::CallbackServerContext* context,
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response);
+  // Predict through completion queues (the service was made with kAsync).
+  AsyncUnaryMethod AsyncPredict();
 
   // Called by the server's shutdown just before gRPC cancels the calls
   // still open: they are counted as their clients see them (UNAVAILABLE).
@@ -65,6 +74,11 @@ class InferenceService final
       metalserve::v1::GetModelMetadataResponse* response) override;
 
  private:
+  // Predict's handler for both APIs: `call` has its context and its reactor
+  // or async call; the rest is filled here. Returns the reactor.
+  grpc::ServerUnaryReactor* ServePredict(UnaryCall call, const grpc::ByteBuffer* body,
+                                         grpc::ByteBuffer* response);
+
   const ModelLookup* const models_;
   Metrics* const metrics_;
   Clock* const clock_;

@@ -35,14 +35,11 @@ class KServeTask final : public RpcInferTask {
  public:
   // `storage` holds bytes converted from typed contents that `inputs` may
   // point into; moving the vector keeps its elements where they are.
-  KServeTask(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
-             std::unique_ptr<SlicedModelInferRequest> request, grpc::ByteBuffer* response,
-             std::vector<std::string> storage, std::vector<InputView> inputs,
-             std::vector<size_t> outputs, ServableHandle model, Metrics* metrics,
-             Clock* clock, absl::Time start,
-             const std::atomic<bool>* cut_off)
-      : RpcInferTask(context, reactor, std::move(inputs), kModelInfer, metrics,
-                     clock, start, cut_off),
+  KServeTask(const UnaryCall& call, std::unique_ptr<SlicedModelInferRequest> request,
+             grpc::ByteBuffer* response, std::vector<std::string> storage,
+             std::vector<InputView> inputs, std::vector<size_t> outputs,
+             ServableHandle model, Clock* clock, const std::atomic<bool>* cut_off)
+      : RpcInferTask(call, std::move(inputs), clock, cut_off),
         request_(std::move(request)),
         response_bytes_(response),
         storage_(std::move(storage)),
@@ -92,14 +89,46 @@ class KServeTask final : public RpcInferTask {
 
 KServeService::KServeService(const ModelLookup* models, ModelRepository* repository,
                              Metrics* metrics, Clock* clock, std::string server_version,
-                             AccessLog* access_log, HeldBytesBudget* held_bytes)
+                             AccessLog* access_log, HeldBytesBudget* held_bytes,
+                             GrpcApi api)
     : models_(models),
       repository_(repository),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : Clock::RealClock()),
       server_version_(std::move(server_version)),
       access_log_(access_log),
-      held_bytes_(held_bytes) {}
+      held_bytes_(held_bytes) {
+  // What the generated WithRawMethod_ModelInfer /
+  // WithRawCallbackMethod_ModelInfer do, chosen at run time.
+  const int index =
+      MethodIndex(inference::GRPCInferenceService::service_full_name(), "ModelInfer");
+  if (api == GrpcApi::kAsync) {
+    MarkMethodRaw(index);
+  } else {
+    MarkMethodRawCallback(
+        index, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+                   [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
+                          grpc::ByteBuffer* response) {
+                     return ModelInferCallback(context, body, response);
+                   }));
+  }
+}
+
+AsyncUnaryMethod KServeService::AsyncModelInfer() {
+  const int index =
+      MethodIndex(inference::GRPCInferenceService::service_full_name(), "ModelInfer");
+  return {.request =
+              [this, index](grpc::ServerContext* context, grpc::ByteBuffer* body,
+                            grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* writer,
+                            grpc::ServerCompletionQueue* queue, void* tag) {
+                RequestAsyncUnary(index, context, body, writer, queue, queue, tag);
+              },
+          .handle =
+              [this](AsyncUnaryCall* call) {
+                ServeModelInfer({.context = call->context(), .async = call}, call->request(),
+                                call->response());
+              }};
+}
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
     grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
@@ -199,14 +228,22 @@ grpc::ServerUnaryReactor* KServeService::ModelStatistics(
   });
 }
 
-grpc::ServerUnaryReactor* KServeService::ModelInfer(
+grpc::ServerUnaryReactor* KServeService::ModelInferCallback(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
     grpc::ByteBuffer* response) {
+  return ServeModelInfer({.context = context, .reactor = context->DefaultReactor()}, body,
+                         response);
+}
+
+grpc::ServerUnaryReactor* KServeService::ServeModelInfer(UnaryCall call,
+                                                         const grpc::ByteBuffer* body,
+                                                         grpc::ByteBuffer* response) {
   const absl::Time start = clock_->TimeNow();
   if (metrics_ != nullptr) metrics_->RequestStarted(kModelInfer);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  UnaryCall call{.context = context, .reactor = reactor, .method = kModelInfer,
-                 .metrics = metrics_, .start = start};
+  call.method = kModelInfer;
+  call.metrics = metrics_;
+  call.start = start;
+  grpc::ServerUnaryReactor* const reactor = call.reactor;
   ServableHandle model;  // once looked up; refusals are counted in its statistics
   auto fail = [&](const absl::Status& status) {
     const absl::Time now = clock_->TimeNow();
@@ -262,8 +299,8 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(
   absl::StatusOr<int> priority = KServePriority(message);
   if (!priority.ok()) return fail(priority.status());
   auto infer = std::make_unique<KServeTask>(
-      context, reactor, std::move(request), response, std::move(storage), *std::move(inputs),
-      *std::move(outputs), model, metrics_, clock_, start, &cut_off_);
+      call, std::move(request), response, std::move(storage), *std::move(inputs),
+      *std::move(outputs), model, clock_, &cut_off_);
   infer->set_access_log(access_log_, &info);
   infer->set_priority(*priority);
   std::unique_ptr<BatchTask> task = std::move(infer);

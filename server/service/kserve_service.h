@@ -51,6 +51,7 @@
 #include "server/metrics/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/service/access_log.h"
+#include "server/service/async_unary.h"
 #include "server/service/model_lookup.h"
 #include "server/service/repository_worker.h"
 #include "server/service/rpc_task.h"
@@ -61,17 +62,38 @@ namespace metalserve {
 // ModelInfer takes its body as raw bytes (see raw_call.h): a full queue is
 // refused before the body is parsed, a body that does not parse is answered
 // INVALID_ARGUMENT and counted.
-class KServeService final
-    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-          inference::GRPCInferenceService::CallbackService> {
+//
+// Every method but ModelInfer through the callback API; ModelInfer through
+// it or through completion queues (GrpcApi, async_unary.h), chosen when the
+// service is made.
+namespace kserve_internal {
+using Grpc = inference::GRPCInferenceService;
+// GRPCInferenceService::CallbackService without ModelInfer, which the
+// constructor registers itself.
+using CallbackServiceButModelInfer = Grpc::WithCallbackMethod_ServerLive<
+    Grpc::WithCallbackMethod_ServerReady<Grpc::WithCallbackMethod_ModelReady<
+        Grpc::WithCallbackMethod_ServerMetadata<Grpc::WithCallbackMethod_ModelMetadata<
+            Grpc::WithCallbackMethod_ModelConfig<Grpc::WithCallbackMethod_ModelStatistics<
+                Grpc::WithCallbackMethod_RepositoryIndex<
+                    Grpc::WithCallbackMethod_RepositoryModelLoad<
+                        Grpc::WithCallbackMethod_RepositoryModelUnload<Grpc::Service>>>>>>>>>>;
+}  // namespace kserve_internal
+
+class KServeService final : public kserve_internal::CallbackServiceButModelInfer {
  public:
   // `repository`, `metrics` and `access_log` may be null; `clock` null means
   // the real clock. ModelInfer's raw_input_contents are read in place from
   // gRPC's slices while `held_bytes` (not owned; null: never) has room for
-  // them (sliced_request.h). Starts not ready.
+  // them (sliced_request.h). Starts not ready. With `api` kAsync,
+  // ModelInfer is registered as an asynchronous raw method: AsyncModelInfer()
+  // is what an AsyncUnaryServer serves it with.
   KServeService(const ModelLookup* models, ModelRepository* repository, Metrics* metrics,
                 Clock* clock, std::string server_version,
-                AccessLog* access_log = nullptr, HeldBytesBudget* held_bytes = nullptr);
+                AccessLog* access_log = nullptr, HeldBytesBudget* held_bytes = nullptr,
+                GrpcApi api = GrpcApi::kCallback);
+
+  // ModelInfer through completion queues (the service was made with kAsync).
+  AsyncUnaryMethod AsyncModelInfer();
 
   void SetReady(bool ready) { ready_.store(ready); }
   bool ready() const { return ready_.load(); }
@@ -104,9 +126,10 @@ class KServeService final
       grpc::CallbackServerContext* context,
       const inference::ModelMetadataRequest* request,
       inference::ModelMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const grpc::ByteBuffer* request,
-                                       grpc::ByteBuffer* response) override;
+  // ModelInfer through the callback API.
+  grpc::ServerUnaryReactor* ModelInferCallback(grpc::CallbackServerContext* context,
+                                               const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response);
   grpc::ServerUnaryReactor* ModelConfig(
       grpc::CallbackServerContext* context,
       const inference::ModelConfigRequest* request,
@@ -129,6 +152,10 @@ class KServeService final
       inference::RepositoryModelUnloadResponse* response) override;
 
  private:
+  // ModelInfer's handler for both APIs: `call` has its context and its
+  // reactor or async call; the rest is filled here. Returns the reactor.
+  grpc::ServerUnaryReactor* ServeModelInfer(UnaryCall call, const grpc::ByteBuffer* body,
+                                            grpc::ByteBuffer* response);
   // Runs `fill` and finishes the call, with metrics for `method`.
   template <typename Fill>
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,

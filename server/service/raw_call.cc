@@ -1,6 +1,8 @@
 #include "server/service/raw_call.h"
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_writer.h"
@@ -28,6 +30,16 @@ absl::Status ParseRequestBody(grpc::ByteBuffer* body, google::protobuf::Message*
   return absl::InvalidArgumentError(absl::StrCat(
       "request body (", size, " bytes) is not a valid ",
       out->GetDescriptor()->full_name(), " message"));
+}
+
+int MethodIndex(absl::string_view service, absl::string_view method) {
+  const google::protobuf::ServiceDescriptor* s =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          std::string(service));
+  const google::protobuf::MethodDescriptor* m =
+      s != nullptr ? s->FindMethodByName(std::string(method)) : nullptr;
+  CHECK(m != nullptr) << "no method " << method << " in service " << service;
+  return m->index();
 }
 
 absl::Status SerializeResponse(const google::protobuf::Message& msg, grpc::ByteBuffer* out) {

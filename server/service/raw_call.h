@@ -30,6 +30,11 @@ absl::Status CheckQueueRoom(const Batcher& batcher);
 // passes it here with const_cast.
 absl::Status ParseRequestBody(grpc::ByteBuffer* body, google::protobuf::Message* out);
 
+// The index gRPC's generated code gives `method` of `service` (a full name,
+// "metalserve.v1.Inference"): its place in the .proto file, read from the
+// generated descriptor. Dies when either is unknown (a programming error).
+int MethodIndex(absl::string_view service, absl::string_view method);
+
 // Serialises `msg` into `out`; INTERNAL when it cannot be.
 absl::Status SerializeResponse(const google::protobuf::Message& msg, grpc::ByteBuffer* out);
 

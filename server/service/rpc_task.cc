@@ -8,7 +8,7 @@
 
 namespace metalserve {
 
-absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
+absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
   const auto d = context.deadline();
   // gRPC reports "no deadline" as the far future.
   if (d >= std::chrono::system_clock::time_point::max() -
@@ -18,7 +18,7 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   return absl::FromChrono(d);
 }
 
-void LogAccess(AccessLog& log, const grpc::CallbackServerContext& context,
+void LogAccess(AccessLog& log, const grpc::ServerContextBase& context,
                absl::string_view method, const ModelInfo& model, int64_t rows,
                absl::StatusCode code, const RunStats& run, absl::Time now,
                absl::Duration total) {
@@ -78,6 +78,10 @@ void FinishCall(const UnaryCall& call, const absl::Status& status,
   if (call.access_log != nullptr) {
     LogAccess(*call.access_log, *call.context, call.method, *call.model, rows, seen,
               run, now, total);
+  }
+  if (call.async != nullptr) {
+    call.async->Finish(ToGrpcStatus(status));
+    return;
   }
   // DefaultReactor() must not be called twice: it re-creates the reactor.
   call.reactor->Finish(ToGrpcStatus(status));

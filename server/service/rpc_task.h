@@ -2,9 +2,12 @@
 // Predict or KServe ModelInfer). It finishes its call exactly once, through
 // the reactor the handler returned, after recording the outcome in the
 // metrics; subclasses fill the response and may record more (OnComplete).
+// The call is served by the callback API (a reactor) or the asynchronous
+// one (an AsyncUnaryCall, async_unary.h); nothing here depends on which.
 //
 // Ownership: the call's context, reactor, request and response belong to
-// gRPC and stay valid until the reactor is finished; `inputs` are views into
+// gRPC (an async call's to its AsyncUnaryServer) and stay valid until the
+// call is finished; `inputs` are views into
 // the request. Thread-safety: owned by one thread at a time (handler, then
 // batcher, then executor).
 #ifndef METALSERVE_SERVER_SERVICE_RPC_TASK_H_
@@ -19,6 +22,7 @@
 #include "common/clock.h"
 #include "server/metrics/metrics.h"
 #include "server/runtime/runner.h"
+#include "server/service/async_unary.h"
 #include "server/service/infer_task.h"
 #include "server/service/status_util.h"
 
@@ -28,13 +32,13 @@ class AccessLog;
 
 // Hands one finished call to `log` (formatting only; never waits on I/O).
 // `rows` 0 when the call was refused before its inputs were read.
-void LogAccess(AccessLog& log, const grpc::CallbackServerContext& context,
+void LogAccess(AccessLog& log, const grpc::ServerContextBase& context,
                absl::string_view method, const ModelInfo& model, int64_t rows,
                absl::StatusCode code, const RunStats& run, absl::Time now,
                absl::Duration total);
 
 // Deadline of a server call as absl::Time (InfiniteFuture when none).
-absl::Time DeadlineOf(const grpc::CallbackServerContext& context);
+absl::Time DeadlineOf(const grpc::ServerContextBase& context);
 
 // The code the client of a call saw, given the status the server is about to
 // send: the server's own when the call is still open; DEADLINE_EXCEEDED when
@@ -56,12 +60,14 @@ absl::Status CheckModelName(absl::string_view field, absl::string_view name,
                             const ModelInfo& served);
 
 // What the handler of one unary call knows of it: enough to record its end
-// and finish it. Pointers and views must outlive the call; `metrics`,
+// and finish it, through `reactor` (callback API) or `async` (asynchronous
+// API; then `reactor` is null). Pointers and views must outlive the call; `metrics`,
 // `model_metrics` and `access_log` may be null; `model` is needed only with
 // an access log.
 struct UnaryCall {
-  grpc::CallbackServerContext* context = nullptr;
+  grpc::ServerContextBase* context = nullptr;
   grpc::ServerUnaryReactor* reactor = nullptr;
+  AsyncUnaryCall* async = nullptr;
   absl::string_view method;  // a literal
   Metrics* metrics = nullptr;
   // The series of the version the call found (ModelServable::metrics()),
@@ -77,35 +83,35 @@ struct UnaryCall {
 // The one end of every unary call: records it in the metrics and the access
 // log under `seen` (the code its client saw; see CodeSeenByClient), `rows`
 // and `run`, then finishes it with `status`. The last touch of the call: its
-// reactor may be freed after it.
+// reactor (or async call) may be freed after it.
 void FinishCall(const UnaryCall& call, const absl::Status& status,
                 absl::StatusCode seen, int64_t rows, const RunStats& run,
                 absl::Time now);
 
 // Finishes a call answered in its handler, never handed to the batcher: a
 // refusal (bad request, full queue) or a metadata answer. Recorded with
-// status's own code, 0 rows and no run figures. Returns the call's reactor,
-// for the handler to return.
+// status's own code, 0 rows and no run figures. Returns the call's reactor
+// (null for an async call), for a callback handler to return.
 grpc::ServerUnaryReactor* FinishInHandler(const UnaryCall& call,
                                           const absl::Status& status, absl::Time now);
 
 class RpcInferTask : public InferTask {
  public:
-  // `method` must outlive the task (a literal); `metrics` may be null.
+  // `call` gives the context, reactor or async call, method, metrics (may
+  // be null) and start; its model metrics and access log are set below.
   // `cut_off` (may be null; must outlive the task) turns true when the
   // server's shutdown cuts open calls off.
-  RpcInferTask(grpc::CallbackServerContext* context,
-               grpc::ServerUnaryReactor* reactor, std::vector<InputView> inputs,
-               absl::string_view method, Metrics* metrics, Clock* clock,
-               absl::Time start, const std::atomic<bool>* cut_off)
-      : call_{.context = context,
-              .reactor = reactor,
-              .method = method,
-              .metrics = metrics,
-              .start = start},
+  RpcInferTask(const UnaryCall& call, std::vector<InputView> inputs, Clock* clock,
+               const std::atomic<bool>* cut_off)
+      : call_{.context = call.context,
+              .reactor = call.reactor,
+              .async = call.async,
+              .method = call.method,
+              .metrics = call.metrics,
+              .start = call.start},
         inputs_(std::move(inputs)),
         key_(BatchKeyOf(inputs_)),
-        deadline_(DeadlineOf(*context)),
+        deadline_(DeadlineOf(*call.context)),
         clock_(clock),
         cut_off_(cut_off) {}
 

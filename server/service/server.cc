@@ -127,7 +127,13 @@ absl::Status InferenceServer::StartGrpc(const ServerOptions& options,
       UnreadResponseGuard::Create(options.UnreadLimits(), metrics_, Clock::SteadyClock());
   if (!guard.ok()) return guard.status();
   accepted_ = InstallInterceptors(&builder, std::move(*guard));
+  if (options.grpc_api == GrpcApi::kAsync) {
+    async_ = std::make_unique<AsyncUnaryServer>(
+        &builder, AsyncUnaryServer::QueuesFor(options.grpc_cq_threads),
+        std::vector<AsyncUnaryMethod>{service_->AsyncPredict(), kserve_->AsyncModelInfer()});
+  }
   server_ = builder.BuildAndStart();
+  if (server_ != nullptr && async_ != nullptr) async_->Start();
   for (size_t i = 0; i < addresses_.size(); ++i) {
     if (server_ != nullptr && *bound_ports_[i] != 0) continue;
     for (const std::string& f : socket_files_) RemoveUnixSocket(f);
@@ -174,11 +180,12 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   // counted in its memory quota: half of it at most, so the transport always
   // has room to read.
   s->held_bytes_ = std::make_unique<HeldBytesBudget>(options.MemoryQuotaBytes() / 2);
-  s->service_ = std::make_unique<InferenceService>(
-      models, metrics, clock, options.version, options.access_log, s->held_bytes_.get());
+  s->service_ = std::make_unique<InferenceService>(models, metrics, clock, options.version,
+                                                   options.access_log, s->held_bytes_.get(),
+                                                   options.grpc_api);
   s->kserve_ = std::make_unique<KServeService>(models, repository, metrics, clock,
                                                options.version, options.access_log,
-                                               s->held_bytes_.get());
+                                               s->held_bytes_.get(), options.grpc_api);
   s->service_->set_max_request_bytes(options.max_message_bytes);
   s->kserve_->set_max_request_bytes(options.max_message_bytes);
   RETURN_IF_ERROR(s->StartGrpc(options, creds));
@@ -203,7 +210,12 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
             << " max_unread_response_bytes_per_connection="
             << options.UnreadLimits().max_bytes_per_connection
             << " max_unread_response_bytes=" << options.UnreadLimits().max_bytes
-            << " compression=" << (options.accept_compression ? "accepted" : "refused");
+            << " compression=" << (options.accept_compression ? "accepted" : "refused")
+            << " grpc_api=" << GrpcApiName(options.grpc_api);
+  if (s->async_ != nullptr) {
+    LOG(INFO) << "Predict and ModelInfer served through " << s->async_->queues()
+              << " completion queue(s), one thread each";
+  }
   return s;
 }
 
@@ -242,6 +254,8 @@ void InferenceServer::Shutdown(absl::Duration timeout) {
   }
   rest_.reset();  // every request it handed to a batcher is answered
   if (server_ != nullptr) server_->Wait();
+  // Every call handed to a batcher is finished: the queues can go.
+  if (async_ != nullptr) async_->Join();
   for (const std::string& f : socket_files_) RemoveUnixSocket(f);
   LOG(INFO) << "server stopped";
 }

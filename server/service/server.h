@@ -30,6 +30,7 @@
 #include "server/repository/model_repository.h"
 #include "server/runtime/runner.h"
 #include "server/service/accepted_calls.h"
+#include "server/service/async_unary.h"
 #include "server/service/unread_responses.h"
 #include "server/service/model_lookup.h"
 #include "server/service/rest_server.h"
@@ -104,6 +105,12 @@ struct ServerOptions {
   // HTTP/2 streams (calls) one connection may have open at once; a client
   // opening more waits for one to end. 0: gRPC's default (no limit).
   int max_concurrent_streams = 0;
+  // Which gRPC API serves Predict and ModelInfer (async_unary.h): the
+  // callback API, or completion queues polled by `grpc_cq_threads` threads
+  // of the server's own (0: AsyncUnaryServer::kDefaultQueues). Every other
+  // method keeps the callback API.
+  GrpcApi grpc_api = GrpcApi::kCallback;
+  int grpc_cq_threads = 0;
   // The KServe v2 REST API (rest_server.h); http.address empty: off. Start()
   // fills its body limit, TLS files and version from the fields above.
   RestOptions http;
@@ -118,7 +125,7 @@ struct ServerOptions {
   // in the address list, a socket path too long or in a missing folder, max_message_bytes outside
   // [1, 2^31 - 1], device_concurrency < 1, invalid batching options, TLS
   // files that cannot be read or parsed, or a key that does not match the
-  // certificate. Reads the TLS files. Start() calls it; main calls it first
+  // certificate, grpc_cq_threads outside [0, 64]. Reads the TLS files. Start() calls it; main calls it first
   // so that a bad flag exits before the model loads.
   absl::Status Validate() const;
 };
@@ -177,6 +184,9 @@ class InferenceServer {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<KServeService> kserve_;  // inference.GRPCInferenceService
   std::shared_ptr<AcceptedCalls::State> accepted_;  // unary calls in handlers
+  // --grpc_api=async: Predict's and ModelInfer's queues and pollers; joined
+  // by Shutdown once the server is shut down and the batchers drained.
+  std::unique_ptr<AsyncUnaryServer> async_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<RestServer> rest_;  // stopped before the servables are freed
   int port_ = 0;

@@ -173,6 +173,10 @@ absl::Status ServerOptions::Validate() const {
         "), max_unread_response_bytes (", max_unread_response_bytes,
         ") and max_concurrent_streams (", max_concurrent_streams, ") must be >= 0"));
   }
+  if (grpc_cq_threads < 0 || grpc_cq_threads > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grpc_cq_threads must be in [0, 64] (0: from the core count), got ", grpc_cq_threads));
+  }
   RETURN_IF_ERROR(UnreadResponses::Create(UnreadLimits(), Clock::SteadyClock()).status());
   RETURN_IF_ERROR(batching.Validate());
   return ValidateTls(*this);

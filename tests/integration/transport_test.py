@@ -180,20 +180,33 @@ class TransportScriptTest(unittest.TestCase):
             self.assertGreater(r["requests"], 0, r)
             self.assertGreater(r["server_cpu_us_per_request"], 0, r)
 
-    def test_async_echo_floor_answers_over_tcp_and_socket(self):
-        # echo_server --api=async: the same canned answer through completion
-        # queues; every request answered over both transports, and each
-        # server stops cleanly on SIGTERM (transport.py fails otherwise).
+    def run_script(self, *args):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "t.json")
             subprocess.run([sys.executable, ARGS.script, f"--build={ARGS.build}",
                             f"--payloads={ARGS.signature}", "--duration=0.5",
-                            "--concurrency=4", "--servers=echo_async", f"--json={out}"],
+                            "--concurrency=4", f"--json={out}", *args],
                            check=True, timeout=120, capture_output=True)
             with open(out) as f:
-                rows = json.load(f)["rows"]
+                return json.load(f)["rows"]
+
+    def test_async_servers_answer_over_tcp_and_socket(self):
+        # echo_server --api=async (the floor) and metalserve --grpc_api=async
+        # (Predict through completion queues polled by the server's threads):
+        # every request answered over both transports, and each server stops
+        # cleanly on SIGTERM (transport.py fails otherwise).
+        rows = self.run_script("--servers=echo_async,null_async")
         self.assertEqual(sorted((r["server"], r["transport"]) for r in rows),
-                         [("echo_async", "tcp"), ("echo_async", "uds")])
+                         [("echo_async", "tcp"), ("echo_async", "uds"),
+                          ("null_async", "tcp"), ("null_async", "uds")])
+        for r in rows:
+            self.assertEqual(r["errors"], 0, r)
+            self.assertGreater(r["requests"], 0, r)
+
+    def test_async_server_answers_kserve_model_infer(self):
+        # KServe ModelInfer through the completion queues too.
+        rows = self.run_script("--servers=null_async", "--bench_arg=--protocol=kserve")
+        self.assertEqual(len(rows), 2)
         for r in rows:
             self.assertEqual(r["errors"], 0, r)
             self.assertGreater(r["requests"], 0, r)

@@ -83,7 +83,7 @@ class DrainTest(unittest.TestCase):
                              "--threads=1", "--max_batch_size=8",
                              f"--drain_grace={GRACE_S}s",
                              f"--shutdown_timeout={SHUTDOWN_TIMEOUT_S}s",
-                             "--monitor_log_interval=0"], "server.log")
+                             "--monitor_log_interval=0", *ARGS.server_arg], "server.log")
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         try:
             grpc.channel_ready_future(channel).result(timeout=60)
@@ -226,7 +226,8 @@ class SignalTest(unittest.TestCase):
         log = os.path.join(self.tmp, "server.log")
         p = Process([ARGS.server, f"--model={model or ARGS.model}",
                      f"--address=127.0.0.1:{port}", "--metrics_address=", "--http_address=",
-                     "--threads=1", "--monitor_log_interval=0"] + extra, log)
+                     "--threads=1", "--monitor_log_interval=0"] + ARGS.server_arg + extra,
+                    log)
         self.procs.append(p)
         return p, port, log
 
@@ -317,6 +318,9 @@ if __name__ == "__main__":
     ap.add_argument("--server", required=True)
     ap.add_argument("--bench", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--server_arg", action="append", default=[],
+                    help="extra server flag for every server started, repeatable "
+                         "(e.g. --server_arg=--grpc_api=async)")
     ap.add_argument("--proto_dir",
                     default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                          "..", "..", "proto"))

@@ -66,6 +66,20 @@ if [[ $step == run || $step == all ]]; then
       cat "$log"; failed+=("$t")
     fi
   done
+  # The gRPC cases again with Predict and ModelInfer served through
+  # completion queues (--grpc_api=async): their own threads and shutdown.
+  for t in service_test reliability_test; do
+    bin=$(find "$tree/tests" -type f -name "$t" -perm -u+x | head -1)
+    [[ -z $bin ]] && continue
+    echo "=== $mode: $t (grpc_api=async)"
+    if (cd "$(dirname "$bin")" && METALSERVE_TEST_GRPC_API=async timeout 600 "$bin" \
+          --gtest_brief=1 --gtest_filter='ServiceTest.*:ClientViewTest.*:ReliabilityTest.*') \
+        >"$log" 2>&1; then
+      cat "$log"
+    else
+      cat "$log"; failed+=("$t (grpc_api=async)")
+    fi
+  done
   rm -f "$log"
   (( ${#retried[@]} )) && echo "sanitize_tree: $mode: passed only on retry: ${retried[*]}"
   if (( ${#failed[@]} )); then

@@ -25,7 +25,6 @@ using ::metalserve::testing::IsOk;
 using ::metalserve::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using ::testing::Ne;
 using ::testing::Not;
 
 std::string ModelPath(const std::string& name) {
@@ -507,21 +506,41 @@ TEST(TorchRunnerTest, Bf16ReturnsFloat32ValuesCloseToFp32) {
 }
 
 // LibTorch 1.13's optimize_for_inference breaks mobilenet_v3_small (rows
-// depend on their batch position); verification must catch it.
-TEST(TorchRunnerOptimizeTest, FullOnMobilenetV3SmallFallsBackWithReason) {
+// depend on their batch position) on some x86 CPUs and not on others (an
+// AMD EPYC VM verified it exact, 7.6e-07, on 2026-12-04): whichever happens
+// here, what is served must be the plain model's answer and the reason must
+// say which way verification went.
+TEST(TorchRunnerOptimizeTest, FullOnMobilenetV3SmallIsServedOnlyAsVerified) {
   RuntimeOptions o = Options("mobilenet_v3_small");
   o.optimize = "full";
   o.warmup_batch_sizes = {2};
   auto runner = MustCreate(o);
+  RuntimeOptions plain_options = Options("mobilenet_v3_small");
+  plain_options.optimize = "none";
+  auto plain = MustCreate(plain_options);
   ASSERT_NE(runner, nullptr);
-  if (!absl::StartsWith(runner->info().torch_version, "1.")) {
-    // Later LibTorch fixed the rewrite; then it must have been verified.
+  ASSERT_NE(plain, nullptr);
+  if (runner->info().optimization == "full") {
     EXPECT_THAT(runner->info().optimization_reason, HasSubstr("full verified"));
-    GTEST_SKIP() << "optimize_for_inference is exact on LibTorch "
-                 << runner->info().torch_version;
+  } else {
+    EXPECT_THAT(runner->info().optimization_reason, HasSubstr("full rejected"));
   }
-  EXPECT_THAT(runner->info().optimization, Ne("full"));
-  EXPECT_THAT(runner->info().optimization_reason, HasSubstr("full rejected"));
+  // Two distinct rows in one batch: the rewrite's failure mode.
+  constexpr int64_t kImage = 3 * 224 * 224;
+  std::vector<float> values = Ramp(kImage, 0.0f);
+  const std::vector<float> second = Ramp(kImage, 0.5f);
+  values.insert(values.end(), second.begin(), second.end());
+  const Tensor in = Floats({2, 3, 224, 224}, values);
+  auto got = runner->Run({in});
+  auto want = plain->Run({in});
+  ASSERT_THAT(got, IsOk());
+  ASSERT_THAT(want, IsOk());
+  const std::vector<float> g = Values((*got)[0]);
+  const std::vector<float> w = Values((*want)[0]);
+  ASSERT_EQ(g.size(), w.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_NEAR(g[i], w[i], 1e-3 * (1 + std::abs(w[i]))) << "element " << i;
+  }
 }
 
 TEST(TorchRunnerOptimizeTest, FullOnSafeModelsIsVerified) {

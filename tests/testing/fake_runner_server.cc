@@ -1,10 +1,13 @@
 #include "tests/testing/fake_runner_server.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "server/service/async_unary.h"
 #include "tests/testing/metric_sample.h"
 
 namespace metalserve::testing {
@@ -20,6 +23,13 @@ ServerOptions LoopbackServerOptions() {
   so.address = "127.0.0.1:0";
   so.batching.max_batch_size = 8;
   so.batching.max_queue_delay = absl::Milliseconds(1);
+  // The ".async" copies of the gRPC suites (tests/service/CMakeLists.txt)
+  // set this: Predict and ModelInfer then go through completion queues.
+  if (const char* api = std::getenv("METALSERVE_TEST_GRPC_API"); api != nullptr) {
+    absl::StatusOr<GrpcApi> parsed = ParseGrpcApi(api);
+    CHECK(parsed.ok()) << "METALSERVE_TEST_GRPC_API: " << parsed.status();
+    so.grpc_api = *parsed;
+  }
   return so;
 }
 

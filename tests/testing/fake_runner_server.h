@@ -26,7 +26,8 @@ namespace metalserve::testing {
 std::unique_ptr<Metrics> MetricsWithoutListener();
 
 // A loopback server on a free port: 127.0.0.1:0, batches of up to 8 rows,
-// 1 ms queue delay; every other field keeps its default.
+// 1 ms queue delay; every other field keeps its default, but grpc_api is
+// async when the environment has METALSERVE_TEST_GRPC_API=async.
 ServerOptions LoopbackServerOptions();
 
 // Fixture: an InferenceServer serving runner_, started by the test (in SetUp
