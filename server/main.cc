@@ -148,7 +148,8 @@ ABSL_FLAG(int, max_concurrent_streams, 0, "Calls one connection may have open at
 ABSL_FLAG(std::string, grpc_api, "auto",
           "How Predict and ModelInfer are served: callback (gRPC's callback API), async "
           "(completion queues polled by --grpc_cq_threads threads of the server's) or auto "
-          "(async with 8 or more cores, where it measured cheaper per request; "
+          "(async with 8 or more usable cores, affinity and cgroup CPU limits counted, where "
+          "it measured cheaper per request; "
           "docs/performance.md)");
 ABSL_FLAG(int, grpc_cq_threads, 0, "With --grpc_api=async: completion queues, one thread "
           "each; 0 = 2 (the cheapest measured on a 16-core host)");
@@ -355,14 +356,12 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   so.max_unread_response_bytes = absl::GetFlag(FLAGS_max_unread_response_bytes);
   so.unread_response_timeout = absl::GetFlag(FLAGS_unread_response_timeout);
   so.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
-  if (auto api = metalserve::ParseGrpcApi(absl::GetFlag(FLAGS_grpc_api),
-                                         static_cast<int>(std::thread::hardware_concurrency()));
-      api.ok()) {
+  const int cores = metalserve::UsableCores();
+  if (auto api = metalserve::ParseGrpcApi(absl::GetFlag(FLAGS_grpc_api), cores); api.ok()) {
     so.grpc_api = *api;
     if (absl::GetFlag(FLAGS_grpc_api) == "auto") {
-      LOG(INFO) << "--grpc_api=auto: " << metalserve::GrpcApiName(*api) << " on "
-                << std::thread::hardware_concurrency() << " cores (async from "
-                << metalserve::kAsyncMinCores << ")";
+      LOG(INFO) << "--grpc_api=auto: " << metalserve::GrpcApiName(*api) << " on " << cores
+                << " usable cores (async from " << metalserve::kAsyncMinCores << ")";
     }
   } else {
     LOG(ERROR) << "flags: " << api.status();

@@ -1,8 +1,21 @@
 #include "server/service/async_unary.h"
 
+#include <algorithm>
+#include <exception>
+#include <fstream>
+#include <string>
 #include <utility>
 
+#ifdef __linux__
+#include <sched.h>
+#endif
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
 
 namespace metalserve {
 
@@ -22,7 +35,47 @@ absl::string_view GrpcApiName(GrpcApi api) {
   return api == GrpcApi::kAsync ? "async" : "callback";
 }
 
+int CoresUnderCpuMax(absl::string_view cpu_max, int cores) {
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(absl::StripAsciiWhitespace(cpu_max), ' ', absl::SkipEmpty());
+  int64_t quota = 0;
+  int64_t period = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &quota) ||
+      !absl::SimpleAtoi(parts[1], &period) || quota <= 0 || period <= 0) {
+    return cores;  // "max ...": no limit
+  }
+  const int64_t limit = (quota + period - 1) / period;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cores, limit)));
+}
+
+namespace {
+
+std::string FirstLineOf(const char* path) {
+  std::ifstream in(path);
+  std::string text;
+  std::getline(in, text);
+  return text;
+}
+
+}  // namespace
+
+int UsableCores() {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+  cores = CoresUnderCpuMax(FirstLineOf("/sys/fs/cgroup/cpu.max"), cores);
+  const std::string quota = FirstLineOf("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+  const std::string period = FirstLineOf("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+  if (!quota.empty() && !period.empty()) {
+    cores = CoresUnderCpuMax(absl::StrCat(quota, " ", period), cores);
+  }
+#endif
+  return std::max(1, cores);
+}
+
 void AsyncUnaryCall::Finish(const grpc::Status& status) {
+  if (finished_.exchange(true)) return;
   if (status.ok()) {
     writer_.Finish(response_, status, &answered_);
   } else {
@@ -37,10 +90,7 @@ int AsyncUnaryServer::QueuesFor(int threads) {
 AsyncUnaryServer::AsyncUnaryServer(grpc::ServerBuilder* builder, int queues,
                                    std::vector<AsyncUnaryMethod> methods)
     : methods_(std::move(methods)) {
-  for (int i = 0; i < queues; ++i) {
-    queues_.push_back(builder->AddCompletionQueue());
-    poller_of_.push_back(&pollers_.emplace_back());
-  }
+  for (int i = 0; i < queues; ++i) queues_.push_back(builder->AddCompletionQueue());
 }
 
 AsyncUnaryServer::~AsyncUnaryServer() { Join(); }
@@ -49,17 +99,23 @@ void AsyncUnaryServer::Start() {
   for (int q = 0; q < queues(); ++q) threads_.emplace_back([this, q] { Poll(q); });
 }
 
-void AsyncUnaryServer::Stop() {
-  for (Poller& p : pollers_) {
-    std::lock_guard<std::mutex> lock(p.mu);
-    p.stopping = true;
-  }
+bool AsyncUnaryServer::AwaitNoCalls(absl::Time deadline) {
+  absl::MutexLock l(&calls_mu_);
+  auto none = [this]() ABSL_SHARED_LOCKS_REQUIRED(calls_mu_) { return calls_ == 0; };
+  return calls_mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
 }
 
 void AsyncUnaryServer::Join() {
   if (joined_) return;
   joined_ = true;
-  Stop();
+  // No operation may start on a queue once it is shut down, so every call
+  // is answered and freed first, while the pollers still run. With none
+  // left no poller asks for another (it asks only when one arrives).
+  while (!AwaitNoCalls(absl::Now() + absl::Seconds(10))) {
+    absl::MutexLock l(&calls_mu_);
+    LOG(WARNING) << "shutdown: " << calls_
+                 << " Predict/ModelInfer call(s) still asked for or unanswered; waiting";
+  }
   for (auto& q : queues_) q->Shutdown();
   if (threads_.empty()) {
     // Never started: nothing was asked for, so the queues hold no call.
@@ -73,7 +129,17 @@ void AsyncUnaryServer::Join() {
   for (std::thread& t : threads_) t.join();
 }
 
+void AsyncUnaryServer::Free(AsyncUnaryCall* call) {
+  delete call;
+  absl::MutexLock l(&calls_mu_);
+  --calls_;
+}
+
 void AsyncUnaryServer::Ask(int method, int queue) {
+  {
+    absl::MutexLock l(&calls_mu_);
+    ++calls_;
+  }
   auto* call = new AsyncUnaryCall(method, queue);
   // Before the call starts: gRPC then reports its end (kDone) and
   // IsCancelled() reads the cancellation while it runs.
@@ -85,12 +151,8 @@ void AsyncUnaryServer::Ask(int method, int queue) {
 
 void AsyncUnaryServer::Poll(int queue) {
   grpc::ServerCompletionQueue* cq = queues_[queue].get();
-  Poller& poller = *poller_of_[queue];
-  {
-    std::lock_guard<std::mutex> lock(poller.mu);
-    for (int m = 0; !poller.stopping && m < static_cast<int>(methods_.size()); ++m) {
-      for (int i = 0; i < kWaitingCalls; ++i) Ask(m, queue);
-    }
+  for (int m = 0; m < static_cast<int>(methods_.size()); ++m) {
+    for (int i = 0; i < kWaitingCalls; ++i) Ask(m, queue);
   }
   void* tag = nullptr;
   bool ok = false;
@@ -98,25 +160,26 @@ void AsyncUnaryServer::Poll(int queue) {
     const auto* event = static_cast<const AsyncUnaryCall::Event*>(tag);
     AsyncUnaryCall* call = event->call;
     if (event->kind != AsyncUnaryCall::Event::kArrived) {
-      if (call->Release()) delete call;
+      if (call->Release()) Free(call);
       continue;
     }
     // Refused by a server shutting down: the call never started, so no
     // other event of it will come.
     if (!ok) {
-      delete call;
-      continue;
-    }
-    std::lock_guard<std::mutex> lock(poller.mu);
-    if (poller.stopping) {
-      // Its answer could reach a queue already shut down, which gRPC aborts
-      // on: cancelled unanswered, freed at its kDone.
-      call->context_.TryCancel();
-      if (call->Release()) delete call;
+      Free(call);
       continue;
     }
     Ask(call->method_, queue);
-    methods_[call->method_].handle(call);
+    // gRPC's callback API answers a handler that throws UNKNOWN; so does
+    // this (the handlers throw only where an allocation fails, before they
+    // hand the call on).
+    try {
+      methods_[call->method_].handle(call);
+    } catch (const std::exception& e) {
+      LOG(ERROR) << "Predict/ModelInfer handler threw: " << e.what();
+      call->Finish(grpc::Status(grpc::StatusCode::UNKNOWN,
+                                absl::StrCat("the server failed: ", e.what())));
+    }
   }
 }
 

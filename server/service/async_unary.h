@@ -15,34 +15,41 @@
 // queue (with kWaitingCalls asked for at once per method and queue). When
 // one arrives the poller asks for the next, then runs the method's handler
 // on the call; the handler, or later a batcher's executor, calls Finish
-// exactly once, from any thread. The call is freed on its poller once both
+// once, from any thread. The call is freed on its poller once both
 // its answer has been sent (or failed) and gRPC reports it done
 // (AsyncNotifyWhenDone, which also makes IsCancelled() work while the call
 // runs).
 //
-// Shutdown order (the server's): gRPC's Server::Shutdown (pollers keep
-// polling: calls still come back refused or done), then every call handed
-// to a batcher is finished (the batchers drain), then Stop(), then Join().
-// Finish after Join is a programming error: gRPC aborts on an operation
-// started on a queue that is shut down.
+// The handler runs on the poller, so the batcher's inline path
+// (--inline_max_cost) runs a cheap call's forward there too, holding that
+// queue's other events for at most Batcher::kSubmitterHold x
+// --inline_max_cost, as it holds one of gRPC's threads on the callback API.
+//
+// Shutdown order (the server's): gRPC's shutdown begins (no new calls; the
+// calls asked for come back refused), AwaitNoCalls tells when every call
+// that started has been answered, the batchers drain, then Join() waits for
+// the last calls (e.g. of a version being unloaded) and only then shuts the
+// queues down: no operation ever starts on a queue that is shut down, which
+// gRPC aborts on. The pollers run until then.
 //
 // Ownership: owns its queues, threads and the calls in flight. The methods'
-// handlers must outlive Join(). Thread-safety: Finish from any thread;
-// Start, Stop and Join from one thread, in that order.
+// handlers must outlive Join(). Thread-safety: Finish and AwaitNoCalls from
+// any thread; Start and Join from one thread, in that order.
 #ifndef METALSERVE_SERVER_SERVICE_ASYNC_UNARY_H_
 #define METALSERVE_SERVER_SERVICE_ASYNC_UNARY_H_
 
 #include <atomic>
 #include <functional>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/async_unary_call.h"
 
@@ -64,6 +71,15 @@ absl::StatusOr<GrpcApi> ParseGrpcApi(absl::string_view text, int cores = 0);
 // twice over.
 inline constexpr int kAsyncMinCores = 8;
 GrpcApi AutoGrpcApi(int cores);
+
+// The cores this process may use: the CPUs it may run on (Linux affinity),
+// lowered to a cgroup CPU limit (a container's --cpus: cgroup v2 cpu.max or
+// v1 cpu.cfs_quota_us / cpu.cfs_period_us, rounded up); elsewhere the
+// hardware's count. At least 1.
+int UsableCores();
+// `cores` lowered to the limit in a cgroup v2 cpu.max text ("max 100000":
+// none; "150000 100000": 1.5 cores, rounded up to 2). Unreadable text: `cores`.
+int CoresUnderCpuMax(absl::string_view cpu_max, int cores);
 absl::string_view GrpcApiName(GrpcApi api);
 
 // One unary call served through a completion queue: its context, request
@@ -76,7 +92,9 @@ class AsyncUnaryCall {
   // Filled by whoever finishes the call; sent when the status is OK.
   grpc::ByteBuffer* response() { return &response_; }
   // Answers the call: `status` with the response buffer when it is OK, the
-  // status alone otherwise. Exactly once per call, from any thread.
+  // status alone otherwise. Once per call, from any thread; a later call does
+  // nothing (the poller answers UNKNOWN for a handler that threw before
+  // answering or handing the call on).
   void Finish(const grpc::Status& status);
 
  private:
@@ -100,6 +118,7 @@ class AsyncUnaryCall {
   Event answered_{Event::kAnswered, this};
   Event done_{Event::kDone, this};
   std::atomic<int> pending_{2};  // answered and done, once started
+  std::atomic<bool> finished_{false};
 };
 
 // A raw unary method served through queues.
@@ -138,33 +157,32 @@ class AsyncUnaryServer {
 
   // After BuildAndStart: one thread per queue starts asking for calls.
   void Start();
-  // No poller asks for or handles a call from here on; waits for a handler
-  // still running. A call that arrives after it is cancelled unanswered.
-  void Stop();
-  // Shuts the queues down, lets the pollers drain them (freeing every call)
-  // and joins them. After the server's Shutdown and after every call has
-  // been finished.
+  // True once none of its calls is asked for or open: every call asked for
+  // has come back refused and every one that started has been answered and
+  // reported done. Until the server shuts down calls are always asked for,
+  // so this is for the shutdown: once gRPC has begun it (no new calls), a
+  // call matched but still in a poller's queue is counted here though no
+  // interceptor has seen it yet. False at `deadline`.
+  bool AwaitNoCalls(absl::Time deadline);
+  // Waits until no call is asked for or open (AwaitNoCalls, logging while it
+  // waits: a call still in a batcher, e.g. of a version being unloaded, is
+  // answered first), then stops the pollers, shuts the queues down, lets the
+  // pollers drain them and joins them. After the server's Shutdown.
   void Join();
 
   int queues() const { return static_cast<int>(queues_.size()); }
 
  private:
-  // A queue's thread holds `mu` while it asks for or handles a call
-  // (uncontended but for Stop).
-  struct Poller {
-    std::mutex mu;
-    bool stopping = false;
-  };
-
   void Poll(int queue);
   void Ask(int method, int queue);
+  void Free(AsyncUnaryCall* call);
 
   const std::vector<AsyncUnaryMethod> methods_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
-  std::list<Poller> pollers_;  // one per queue; a list: addresses stay put
-  std::vector<Poller*> poller_of_;
   std::vector<std::thread> threads_;
   bool joined_ = false;
+  absl::Mutex calls_mu_;
+  int64_t calls_ ABSL_GUARDED_BY(calls_mu_) = 0;  // asked for or open
 };
 
 }  // namespace metalserve

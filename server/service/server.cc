@@ -254,7 +254,7 @@ void InferenceServer::Shutdown(absl::Duration timeout) {
   }
   rest_.reset();  // every request it handed to a batcher is answered
   if (server_ != nullptr) server_->Wait();
-  // Every call handed to a batcher is finished: the queues can go.
+  // Once every call is answered, versions being unloaded included.
   if (async_ != nullptr) async_->Join();
   for (const std::string& f : socket_files_) RemoveUnixSocket(f);
   LOG(INFO) << "server stopped";
@@ -286,7 +286,11 @@ void InferenceServer::StopGrpc(absl::Time deadline) {
   // A core queue: grpc::CompletionQueue would take the tag for its own type.
   grpc_completion_queue* stopped = grpc_completion_queue_create_for_next(nullptr);
   grpc_server_shutdown_and_notify(server_->c_server(), stopped, nullptr);
-  if (accepted_->AwaitNoneOpen(deadline)) {
+  // With --grpc_api=async a call can have arrived while no interceptor has
+  // seen it yet (it waits in a busy poller's queue): the async server counts
+  // it until it is answered. Once it has none, no new one can appear.
+  const bool async_answered = async_ == nullptr || async_->AwaitNoCalls(deadline);
+  if (async_answered && accepted_->AwaitNoneOpen(deadline)) {
     LOG(INFO) << "shutdown: every accepted call answered; ending open streams "
                  "and requests still arriving";
     grpc_server_cancel_all_calls(server_->c_server());

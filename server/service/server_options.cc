@@ -175,7 +175,7 @@ absl::Status ServerOptions::Validate() const {
   }
   if (grpc_cq_threads < 0 || grpc_cq_threads > 64) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "grpc_cq_threads must be in [0, 64] (0: from the core count), got ", grpc_cq_threads));
+        "grpc_cq_threads must be in [0, 64] (0: the default), got ", grpc_cq_threads));
   }
   RETURN_IF_ERROR(UnreadResponses::Create(UnreadLimits(), Clock::SteadyClock()).status());
   RETURN_IF_ERROR(batching.Validate());

@@ -56,6 +56,19 @@ TEST(GrpcApiTest, QueuesFollowTheFlagOrTheDefault) {
   EXPECT_EQ(AsyncUnaryServer::QueuesFor(0), AsyncUnaryServer::kDefaultQueues);
 }
 
+// A container's CPU limit (cgroup v2 cpu.max) lowers the core count that
+// --grpc_api=auto reads, rounded up; "max" and unreadable text leave it.
+TEST(GrpcApiTest, CpuMaxLowersTheCoreCount) {
+  EXPECT_EQ(CoresUnderCpuMax("200000 100000", 64), 2);
+  EXPECT_EQ(CoresUnderCpuMax("150000 100000\n", 64), 2);
+  EXPECT_EQ(CoresUnderCpuMax("50000 100000", 64), 1);
+  EXPECT_EQ(CoresUnderCpuMax("1600000 100000", 8), 8);
+  EXPECT_EQ(CoresUnderCpuMax("max 100000", 64), 64);
+  EXPECT_EQ(CoresUnderCpuMax("", 64), 64);
+  EXPECT_EQ(CoresUnderCpuMax("-1 100000", 64), 64);  // cgroup v1's "no limit"
+  EXPECT_GE(UsableCores(), 1);
+}
+
 // The indices the generated code gives the methods (their order in the
 // .proto files): registering the wrong one would serve another method.
 TEST(MethodIndexTest, FollowsTheProtoOrder) {
