@@ -22,9 +22,12 @@ class SplitState {
       : whole_(std::move(whole)), outputs_(pieces), left_(pieces) {}
 
   InferTask& whole() { return *whole_; }
-  bool answered() const {
+  // Answered already, or the whole's call cancelled. Read under the lock
+  // that orders it before the answer: once answered, the whole's call (and
+  // the context IsCancelled reads) may be freed by then.
+  bool Cancelled() const {
     absl::MutexLock l(&mu_);
-    return answered_;
+    return answered_ || whole_->IsCancelled();
   }
 
   // Piece `index` is done: its outputs, or the error that fails the whole.
@@ -128,9 +131,7 @@ class PieceTask final : public InferTask {
   int64_t rows() const override { return rows_; }
   absl::string_view batch_key() const override { return state_->whole().batch_key(); }
   absl::Time deadline() const override { return state_->whole().deadline(); }
-  bool IsCancelled() const override {
-    return state_->answered() || state_->whole().IsCancelled();
-  }
+  bool IsCancelled() const override { return state_->Cancelled(); }
   const std::vector<InputView>& inputs() const override { return inputs_; }
   void Abort(const absl::Status& status) override { state_->PieceAborted(status); }
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs, const RunStats& stats) override {

@@ -73,7 +73,7 @@ if [[ $step == run || $step == all ]]; then
     [[ -z $bin ]] && continue
     echo "=== $mode: $t (grpc_api=async)"
     if (cd "$(dirname "$bin")" && METALSERVE_TEST_GRPC_API=async timeout 600 "$bin" \
-          --gtest_brief=1 --gtest_filter='ServiceTest.*:ClientViewTest.*:ReliabilityTest.*') \
+          --gtest_brief=1 --gtest_filter='ServiceTest.*:ClientViewTest.*:ReliabilityTest.*:AsyncServiceTest.*') \
         >"$log" 2>&1; then
       cat "$log"
     else
