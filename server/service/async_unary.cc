@@ -96,6 +96,14 @@ AsyncUnaryServer::AsyncUnaryServer(grpc::ServerBuilder* builder, int queues,
 AsyncUnaryServer::~AsyncUnaryServer() { Join(); }
 
 void AsyncUnaryServer::Start() {
+  // Asked for here, not by the pollers, so that they are counted before
+  // Start returns: a Join right after must not find none and shut a queue
+  // down before a poller asks on it.
+  for (int q = 0; q < queues(); ++q) {
+    for (int m = 0; m < static_cast<int>(methods_.size()); ++m) {
+      for (int i = 0; i < kWaitingCalls; ++i) Ask(m, q);
+    }
+  }
   for (int q = 0; q < queues(); ++q) threads_.emplace_back([this, q] { Poll(q); });
 }
 
@@ -151,9 +159,6 @@ void AsyncUnaryServer::Ask(int method, int queue) {
 
 void AsyncUnaryServer::Poll(int queue) {
   grpc::ServerCompletionQueue* cq = queues_[queue].get();
-  for (int m = 0; m < static_cast<int>(methods_.size()); ++m) {
-    for (int i = 0; i < kWaitingCalls; ++i) Ask(m, queue);
-  }
   void* tag = nullptr;
   bool ok = false;
   while (cq->Next(&tag, &ok)) {

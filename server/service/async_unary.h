@@ -155,7 +155,8 @@ class AsyncUnaryServer {
                    std::vector<AsyncUnaryMethod> methods);
   ~AsyncUnaryServer();  // Join()s
 
-  // After BuildAndStart: one thread per queue starts asking for calls.
+  // After BuildAndStart: asks for kWaitingCalls calls per method and queue,
+  // then starts one polling thread per queue.
   void Start();
   // True once none of its calls is asked for or open: every call asked for
   // has come back refused and every one that started has been answered and

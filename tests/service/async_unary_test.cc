@@ -124,5 +124,20 @@ TEST_F(AsyncServiceTest, AnswersMoreCallsThanWereAskedForInAdvance) {
   EXPECT_EQ(ServerCount("Predict", "OK"), kCalls);
 }
 
+// A server shut down as soon as it started: the calls asked for at start are
+// counted before Start returns, so the queues are never shut down under a
+// poller still asking (gRPC aborts on that).
+TEST_F(AsyncServiceTest, ShutsDownRightAfterStarting) {
+  for (int i = 0; i < 20; ++i) {
+    ServerOptions so = testing::LoopbackServerOptions();
+    so.grpc_api = GrpcApi::kAsync;
+    so.grpc_cq_threads = 4;
+    absl::StatusOr<std::unique_ptr<InferenceServer>> server =
+        InferenceServer::Start(so, &runner_, nullptr);
+    ASSERT_TRUE(server.ok()) << server.status();
+    (*server)->Shutdown(absl::Seconds(5));
+  }
+}
+
 }  // namespace
 }  // namespace metalserve
