@@ -83,41 +83,11 @@ InferenceService::InferenceService(const ModelLookup* models,
       server_version_(std::move(server_version)),
       access_log_(access_log),
       held_bytes_(held_bytes) {
-  // What the generated WithRawMethod_Predict / WithRawCallbackMethod_Predict
-  // do, chosen at run time.
-  const int index = MethodIndex(metalserve::v1::Inference::service_full_name(), "Predict");
-  if (api == GrpcApi::kAsync) {
-    MarkMethodRaw(index);
-  } else {
-    MarkMethodRawCallback(
-        index, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
-                   [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
+  RegisterRawUnary(metalserve::v1::Inference::service_full_name(), "Predict", api,
+                   [this](UnaryCall call, const grpc::ByteBuffer* body,
                           grpc::ByteBuffer* response) {
-                     return PredictCallback(context, body, response);
-                   }));
-  }
-}
-
-grpc::ServerUnaryReactor* InferenceService::PredictCallback(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
-    grpc::ByteBuffer* response) {
-  return ServePredict({.context = context, .reactor = context->DefaultReactor()}, body,
-                      response);
-}
-
-AsyncUnaryMethod InferenceService::AsyncPredict() {
-  const int index = MethodIndex(metalserve::v1::Inference::service_full_name(), "Predict");
-  return {.request =
-              [this, index](grpc::ServerContext* context, grpc::ByteBuffer* body,
-                            grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* writer,
-                            grpc::ServerCompletionQueue* queue, void* tag) {
-                RequestAsyncUnary(index, context, body, writer, queue, queue, tag);
-              },
-          .handle =
-              [this](AsyncUnaryCall* call) {
-                ServePredict({.context = call->context(), .async = call}, call->request(),
-                             call->response());
-              }};
+                     return ServePredict(call, body, response);
+                   });
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServePredict(UnaryCall call,

@@ -29,6 +29,7 @@
 #include "server/service/access_log.h"
 #include "server/service/async_unary.h"
 #include "server/service/model_lookup.h"
+#include "server/service/raw_unary_method.h"
 #include "server/service/rpc_task.h"
 #include "server/service/sliced_request.h"
 
@@ -40,26 +41,20 @@ namespace metalserve {
 // read first, to know whose queue); a body that does not parse is answered
 // INVALID_ARGUMENT and counted like any other bad request.
 class InferenceService final
-    : public metalserve::v1::Inference::WithCallbackMethod_GetModelMetadata<
-          metalserve::v1::Inference::Service> {
+    : public WithRawUnaryMethod<metalserve::v1::Inference::WithCallbackMethod_GetModelMetadata<
+          metalserve::v1::Inference::Service>> {
  public:
   // `metrics` and `access_log` may be null. Requests' tensor bytes are read
   // in place from gRPC's slices while `held_bytes` (not owned, shared with
   // KServe's ModelInfer; null: never) has room for them (sliced_request.h).
   // With `api` kAsync, Predict is registered as an asynchronous raw method:
-  // AsyncPredict() is what an AsyncUnaryServer serves it with.
+  // AsyncMethod() is what an AsyncUnaryServer serves it with.
   InferenceService(const ModelLookup* models, Metrics* metrics,
                    Clock* clock, std::string server_version,
                    AccessLog* access_log = nullptr,
                    HeldBytesBudget* held_bytes = nullptr,
                    GrpcApi api = GrpcApi::kCallback);
 
-  // Predict through the callback API.
-  grpc::ServerUnaryReactor* PredictCallback(grpc::CallbackServerContext* context,
-                                            const grpc::ByteBuffer* request,
-                                            grpc::ByteBuffer* response);
-  // Predict through completion queues (the service was made with kAsync).
-  AsyncUnaryMethod AsyncPredict();
 
   // Called by the server's shutdown just before gRPC cancels the calls
   // still open: they are counted as their clients see them (UNAVAILABLE).

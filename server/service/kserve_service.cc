@@ -98,36 +98,11 @@ KServeService::KServeService(const ModelLookup* models, ModelRepository* reposit
       server_version_(std::move(server_version)),
       access_log_(access_log),
       held_bytes_(held_bytes) {
-  // What the generated WithRawMethod_ModelInfer /
-  // WithRawCallbackMethod_ModelInfer do, chosen at run time.
-  const int index =
-      MethodIndex(inference::GRPCInferenceService::service_full_name(), "ModelInfer");
-  if (api == GrpcApi::kAsync) {
-    MarkMethodRaw(index);
-  } else {
-    MarkMethodRawCallback(
-        index, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
-                   [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
+  RegisterRawUnary(inference::GRPCInferenceService::service_full_name(), "ModelInfer", api,
+                   [this](UnaryCall call, const grpc::ByteBuffer* body,
                           grpc::ByteBuffer* response) {
-                     return ModelInferCallback(context, body, response);
-                   }));
-  }
-}
-
-AsyncUnaryMethod KServeService::AsyncModelInfer() {
-  const int index =
-      MethodIndex(inference::GRPCInferenceService::service_full_name(), "ModelInfer");
-  return {.request =
-              [this, index](grpc::ServerContext* context, grpc::ByteBuffer* body,
-                            grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>* writer,
-                            grpc::ServerCompletionQueue* queue, void* tag) {
-                RequestAsyncUnary(index, context, body, writer, queue, queue, tag);
-              },
-          .handle =
-              [this](AsyncUnaryCall* call) {
-                ServeModelInfer({.context = call->context(), .async = call}, call->request(),
-                                call->response());
-              }};
+                     return ServeModelInfer(call, body, response);
+                   });
 }
 
 grpc::ServerUnaryReactor* KServeService::ServerLive(
@@ -226,13 +201,6 @@ grpc::ServerUnaryReactor* KServeService::ModelStatistics(
     ServableOf(*model).kserve_statistics().AddTo(ServableOf(*model).info(), response);
     return absl::OkStatus();
   });
-}
-
-grpc::ServerUnaryReactor* KServeService::ModelInferCallback(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
-    grpc::ByteBuffer* response) {
-  return ServeModelInfer({.context = context, .reactor = context->DefaultReactor()}, body,
-                         response);
 }
 
 grpc::ServerUnaryReactor* KServeService::ServeModelInfer(UnaryCall call,

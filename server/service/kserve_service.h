@@ -53,6 +53,7 @@
 #include "server/service/access_log.h"
 #include "server/service/async_unary.h"
 #include "server/service/model_lookup.h"
+#include "server/service/raw_unary_method.h"
 #include "server/service/repository_worker.h"
 #include "server/service/rpc_task.h"
 #include "server/service/sliced_request.h"
@@ -79,21 +80,19 @@ using CallbackServiceButModelInfer = Grpc::WithCallbackMethod_ServerLive<
                         Grpc::WithCallbackMethod_RepositoryModelUnload<Grpc::Service>>>>>>>>>>;
 }  // namespace kserve_internal
 
-class KServeService final : public kserve_internal::CallbackServiceButModelInfer {
+class KServeService final
+    : public WithRawUnaryMethod<kserve_internal::CallbackServiceButModelInfer> {
  public:
   // `repository`, `metrics` and `access_log` may be null; `clock` null means
   // the real clock. ModelInfer's raw_input_contents are read in place from
   // gRPC's slices while `held_bytes` (not owned; null: never) has room for
   // them (sliced_request.h). Starts not ready. With `api` kAsync,
-  // ModelInfer is registered as an asynchronous raw method: AsyncModelInfer()
+  // ModelInfer is registered as an asynchronous raw method: AsyncMethod()
   // is what an AsyncUnaryServer serves it with.
   KServeService(const ModelLookup* models, ModelRepository* repository, Metrics* metrics,
                 Clock* clock, std::string server_version,
                 AccessLog* access_log = nullptr, HeldBytesBudget* held_bytes = nullptr,
                 GrpcApi api = GrpcApi::kCallback);
-
-  // ModelInfer through completion queues (the service was made with kAsync).
-  AsyncUnaryMethod AsyncModelInfer();
 
   void SetReady(bool ready) { ready_.store(ready); }
   bool ready() const { return ready_.load(); }
@@ -126,10 +125,6 @@ class KServeService final : public kserve_internal::CallbackServiceButModelInfer
       grpc::CallbackServerContext* context,
       const inference::ModelMetadataRequest* request,
       inference::ModelMetadataResponse* response) override;
-  // ModelInfer through the callback API.
-  grpc::ServerUnaryReactor* ModelInferCallback(grpc::CallbackServerContext* context,
-                                               const grpc::ByteBuffer* request,
-                                               grpc::ByteBuffer* response);
   grpc::ServerUnaryReactor* ModelConfig(
       grpc::CallbackServerContext* context,
       const inference::ModelConfigRequest* request,

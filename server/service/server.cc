@@ -130,7 +130,7 @@ absl::Status InferenceServer::StartGrpc(const ServerOptions& options,
   if (options.grpc_api == GrpcApi::kAsync) {
     async_ = std::make_unique<AsyncUnaryServer>(
         &builder, AsyncUnaryServer::QueuesFor(options.grpc_cq_threads),
-        std::vector<AsyncUnaryMethod>{service_->AsyncPredict(), kserve_->AsyncModelInfer()});
+        std::vector<AsyncUnaryMethod>{service_->AsyncMethod(), kserve_->AsyncMethod()});
   }
   server_ = builder.BuildAndStart();
   if (server_ != nullptr && async_ != nullptr) async_->Start();
