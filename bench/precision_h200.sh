@@ -11,6 +11,10 @@
 #   bash bench/precision_h200.sh
 #   VARIANTS="fp16cl|--model=resnet50 --precision=fp16 --channels_last" \
 #     bash bench/precision_h200.sh
+#
+# The device tool brings back only a few files from its $OUT: there, set
+# OUT to a folder of its own and TAR to a file under the tool's $OUT, and the
+# results (plots left out) come back as one archive.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/precision-out}
@@ -35,3 +39,6 @@ for v in "${variants[@]}"; do
   stamp "$label"
 done
 uptime
+if [[ -n ${TAR:-} ]]; then
+  tar czf "$TAR" --exclude='*.png' --exclude=.work -C "$(dirname "$OUT")" "$(basename "$OUT")"
+fi
