@@ -1,7 +1,10 @@
 #include "server/metrics/metrics.h"
 
+#include <array>
+#include <atomic>
 #include <exception>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -157,6 +160,16 @@ class MetricsImpl final : public Metrics {
   // existing child under the family's own lock).
   Family<prometheus::Counter>& priority_requests_;
   Family<prometheus::Histogram>& priority_duration_;
+  // The children of the first kCachedPriorityLevels levels, found once each:
+  // Family::Add builds its label map and the histogram's bucket list on every
+  // call (8 allocations and the family's lock per request). A racing first
+  // use stores the same child twice: Family::Add returns the one it has.
+  static constexpr int kCachedPriorityLevels = 16;
+  struct PrioritySeries {
+    std::array<std::atomic<prometheus::Counter*>, metrics_internal::kNumCodes> requests{};
+    std::atomic<prometheus::Histogram*> duration{nullptr};
+  };
+  std::array<PrioritySeries, kCachedPriorityLevels> priority_series_;
   Family<Gauge>& model_state_;
   Family<prometheus::Counter>& model_loads_;
   Family<prometheus::Counter>& model_unloads_;
@@ -272,11 +285,35 @@ void MetricsImpl::RequestFinished(absl::string_view method,
 
 void MetricsImpl::PriorityRequestFinished(int level, absl::StatusCode code,
                                           absl::Duration latency) {
-  const std::string l = std::to_string(level);
-  priority_requests_.Add({{"priority", l}, {"code", absl::StatusCodeToString(code)}})
-      .Increment();
-  priority_duration_.Add({{"priority", l}}, metrics_internal::LatencyBuckets())
-      .Observe(absl::ToDoubleSeconds(latency));
+  const int code_index = CodeIndex(code);
+  auto requests = [&] {
+    return &priority_requests_.Add(
+        {{"priority", std::to_string(level)}, {"code", absl::StatusCodeToString(code)}});
+  };
+  auto duration = [&] {
+    return &priority_duration_.Add({{"priority", std::to_string(level)}},
+                                   metrics_internal::LatencyBuckets());
+  };
+  const double seconds = absl::ToDoubleSeconds(latency);
+  if (level < 0 || level >= kCachedPriorityLevels || code_index != static_cast<int>(code)) {
+    requests()->Increment();
+    duration()->Observe(seconds);
+    return;
+  }
+  PrioritySeries& series = priority_series_[static_cast<size_t>(level)];
+  auto& counter = series.requests[static_cast<size_t>(code_index)];
+  prometheus::Counter* c = counter.load(std::memory_order_acquire);
+  if (c == nullptr) {
+    c = requests();
+    counter.store(c, std::memory_order_release);
+  }
+  c->Increment();
+  prometheus::Histogram* h = series.duration.load(std::memory_order_acquire);
+  if (h == nullptr) {
+    h = duration();
+    series.duration.store(h, std::memory_order_release);
+  }
+  h->Observe(seconds);
 }
 
 // One model version's handle: records into its series and, for a request's

@@ -376,6 +376,73 @@ TEST(MetricsTest, ConcurrentRecordingLosesNoEvents) {
   EXPECT_THAT(Sample(s, "metalserve_inflight_requests"), Optional(Eq(0)));
 }
 
+TEST(MetricsTest, CountsPriorityLevelsByCodeAndTimesThemBeyondTheCachedLevels) {
+  auto metrics = MakeMetrics();
+  metrics->PriorityRequestFinished(1, absl::StatusCode::kOk, absl::Milliseconds(1));
+  metrics->PriorityRequestFinished(1, absl::StatusCode::kOk, absl::Milliseconds(3));
+  metrics->PriorityRequestFinished(1, absl::StatusCode::kUnavailable, absl::Milliseconds(1));
+  metrics->PriorityRequestFinished(2, absl::StatusCode::kDeadlineExceeded,
+                                   absl::Milliseconds(1));
+  // Levels past the ones whose series are kept at hand, and a code outside
+  // gRPC's, take the family's own lookup: the same series either way.
+  for (int i = 0; i < 3; ++i) {
+    metrics->PriorityRequestFinished(40, absl::StatusCode::kOk, absl::Milliseconds(2));
+  }
+  metrics->PriorityRequestFinished(3, static_cast<absl::StatusCode>(99), absl::Milliseconds(1));
+  const std::string s = metrics->Scrape();
+  EXPECT_THAT(Sample(s, R"(metalserve_priority_requests_total{code="OK",priority="1"})"),
+              Optional(Eq(2)));
+  EXPECT_THAT(
+      Sample(s, R"(metalserve_priority_requests_total{code="UNAVAILABLE",priority="1"})"),
+      Optional(Eq(1)));
+  EXPECT_THAT(
+      Sample(s, R"(metalserve_priority_requests_total{code="DEADLINE_EXCEEDED",priority="2"})"),
+      Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, R"(metalserve_priority_requests_total{code="OK",priority="40"})"),
+              Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, R"(metalserve_priority_request_duration_seconds_count{priority="1"})"),
+              Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, R"(metalserve_priority_request_duration_seconds_sum{priority="1"})"),
+              Optional(DoubleNear(0.005, 1e-9)));
+  EXPECT_THAT(Sample(s, R"(metalserve_priority_request_duration_seconds_count{priority="40"})"),
+              Optional(Eq(3)));
+  EXPECT_THAT(Sample(s, R"(metalserve_priority_request_duration_seconds_count{priority="3"})"),
+              Optional(Eq(1)));
+  // Only what happened: no series for a level or code never seen.
+  EXPECT_THAT(s, Not(HasSubstr(R"(code="OK",priority="2")")));
+  EXPECT_THAT(s, Not(HasSubstr(R"(priority="4")")));
+}
+
+TEST(MetricsTest, ConcurrentFirstUseOfAPriorityLevelLosesNoEvents) {
+  auto metrics = MakeMetrics();
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&metrics] {
+      for (int i = 0; i < kPerThread; ++i) {
+        metrics->PriorityRequestFinished(1 + i % 3, absl::StatusCode::kOk,
+                                         absl::Microseconds(100));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::string s = metrics->Scrape();
+  double total = 0;
+  for (int level = 1; level <= 3; ++level) {
+    const std::optional<double> n = Sample(
+        s, absl::StrCat(R"(metalserve_priority_requests_total{code="OK",priority=")", level,
+                        R"("})"));
+    ASSERT_TRUE(n.has_value()) << level;
+    total += *n;
+    EXPECT_THAT(Sample(s, absl::StrCat(
+                              R"(metalserve_priority_request_duration_seconds_count{priority=")",
+                              level, R"("})")),
+                Optional(Eq(*n)));
+  }
+  EXPECT_EQ(total, kThreads * kPerThread);
+}
+
 TEST(MetricsTest, RejectsInvalidOptions) {
   MetricsOptions options = NoListener();
   options.monitor_window = 0;
