@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "common/status_macros.h"
 
 namespace metalserve {
@@ -14,9 +16,13 @@ struct GenerationChanged {
   static bool Holds(GenerationChanged* g) { return *g->generation != g->seen; }
 };
 
+// `status` is made only when there is a task to abort: most polls have none,
+// and a status with a message is an allocation.
 void AbortAll(std::vector<std::unique_ptr<BatchTask>>& tasks,
-              const absl::Status& status) {
-  for (auto& t : tasks) t->Abort(status);
+              absl::FunctionRef<absl::Status()> status) {
+  if (tasks.empty()) return;
+  const absl::Status s = status();
+  for (auto& t : tasks) t->Abort(s);
 }
 
 }  // namespace
@@ -167,12 +173,13 @@ void Batcher::RunPolled(BatchQueue::PollResult r, absl::Time now, bool wake_exec
   }
   mu_.Unlock();
   ReportDepth();  // every removal: batch, expiry, cancellation, drain
-  AbortAll(r.expired,
-           absl::DeadlineExceededError(
-               "deadline passed while the request waited in the queue; "
-               "it was not run"));
-  AbortAll(r.cancelled, absl::CancelledError(
-                            "request cancelled by the client before it ran"));
+  AbortAll(r.expired, [] {
+    return absl::DeadlineExceededError(
+        "deadline passed while the request waited in the queue; it was not run");
+  });
+  AbortAll(r.cancelled, [] {
+    return absl::CancelledError("request cancelled by the client before it ran");
+  });
   if (ran) process_(std::move(*r.batch));
   mu_.Lock();
   if (ran) {

@@ -259,7 +259,7 @@ grpc::ServerUnaryReactor* KServeService::ServeModelInfer(UnaryCall call,
   std::vector<std::string> storage;
   absl::StatusOr<std::vector<RawInput>> raw = DecodeKServeInputs(message, &storage, raw_pieces);
   if (!raw.ok()) return fail(raw.status());
-  absl::StatusOr<std::vector<InputView>> inputs = ValidateInputs(*raw, info.inputs);
+  absl::StatusOr<std::vector<InputView>> inputs = ValidateInputs(*std::move(raw), info.inputs);
   if (!inputs.ok()) return fail(inputs.status());
   absl::StatusOr<std::vector<size_t>> outputs = SelectKServeOutputs(message, info.outputs);
   if (!outputs.ok()) return fail(outputs.status());

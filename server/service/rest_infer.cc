@@ -201,7 +201,7 @@ absl::StatusOr<Admitted> Admit(MHD_Connection* connection, absl::string_view bod
   std::vector<std::string> storage;  // stays empty: the inputs are raw
   absl::StatusOr<std::vector<RawInput>> raw = DecodeKServeInputs(r, &storage);
   if (!raw.ok()) return raw.status();
-  absl::StatusOr<std::vector<InputView>> inputs = ValidateInputs(*raw, info.inputs);
+  absl::StatusOr<std::vector<InputView>> inputs = ValidateInputs(*std::move(raw), info.inputs);
   if (!inputs.ok()) return inputs.status();
   absl::StatusOr<std::vector<size_t>> outputs = SelectKServeOutputs(r, info.outputs);
   if (!outputs.ok()) return outputs.status();

@@ -1,8 +1,11 @@
 #include "server/service/tensor_codec.h"
 
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -49,41 +52,44 @@ std::string SpecList(const std::vector<TensorSpec>& specs) {
   });
 }
 
+// `field` names the input in a message; it is built only for one.
 absl::Status CheckOne(const RawInput& in, const TensorSpec& spec,
-                      const std::string& f) {
+                      absl::FunctionRef<std::string()> field) {
   if (in.dtype != spec.dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f, ".dtype is ", in.dtype == DType::kInvalid ? ClientText(in.dtype_label)
+        field(), ".dtype is ", in.dtype == DType::kInvalid ? ClientText(in.dtype_label)
                                                       : std::string(DTypeName(in.dtype)),
         "; the model expects ", DTypeName(spec.dtype)));
   }
   if (in.shape.size() != spec.shape.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f, ".shape ", ShapeToString(in.shape), " has rank ", in.shape.size(),
+        field(), ".shape ", ShapeToString(in.shape), " has rank ", in.shape.size(),
         "; the model expects rank ", spec.shape.size(), " ",
         ShapeToString(spec.shape)));
   }
-  ASSIGN_OR_RETURN(const int64_t elements, NumElements(in.shape, f + ".shape"));
+  absl::StatusOr<int64_t> counted = NumElements(in.shape, "shape");
+  if (!counted.ok()) return NumElements(in.shape, field() + ".shape").status();
+  const int64_t elements = *counted;
   if (in.shape[0] < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f, ".shape[0] = ", in.shape[0], ": the batch dimension must be >= 1"));
+        field(), ".shape[0] = ", in.shape[0], ": the batch dimension must be >= 1"));
   }
   for (size_t d = 1; d < in.shape.size(); ++d) {
     if (spec.shape[d] >= 0 && in.shape[d] != spec.shape[d]) {
       return absl::InvalidArgumentError(absl::StrCat(
-          f, ".shape[", d, "] = ", in.shape[d], "; the model expects ",
+          field(), ".shape[", d, "] = ", in.shape[d], "; the model expects ",
           spec.shape[d], " (shape ", ShapeToString(spec.shape), ")"));
     }
   }
   const int64_t item = ItemSize(in.dtype);
   if (elements > std::numeric_limits<int64_t>::max() / item) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f, ".shape ", ShapeToString(in.shape), ": byte size overflows int64"));
+        field(), ".shape ", ShapeToString(in.shape), ": byte size overflows int64"));
   }
   const int64_t want = elements * item;
   if (static_cast<int64_t>(in.ByteSize()) != want) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f, ".data has ", in.ByteSize(), " bytes; shape ",
+        field(), ".data has ", in.ByteSize(), " bytes; shape ",
         ShapeToString(in.shape), " of ", DTypeName(in.dtype), " needs ", want));
   }
   return absl::OkStatus();
@@ -92,7 +98,7 @@ absl::Status CheckOne(const RawInput& in, const TensorSpec& spec,
 }  // namespace
 
 absl::StatusOr<std::vector<InputView>> ValidateInputs(
-    const std::vector<RawInput>& inputs, const std::vector<TensorSpec>& specs,
+    std::vector<RawInput> inputs, const std::vector<TensorSpec>& specs,
     absl::string_view field) {
   if (inputs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -101,10 +107,14 @@ absl::StatusOr<std::vector<InputView>> ValidateInputs(
   std::vector<InputView> ordered(specs.size());
   std::vector<bool> seen(specs.size(), false);
   int64_t rows = -1;
-  std::string rows_from;
+  size_t rows_from = 0;  // the input whose batch dimension `rows` is
+  // Names for messages, built only for one (every request passes here).
+  auto name_of = [&](size_t i) {
+    return absl::StrCat(field, "[", i, "] ('", ClientText(inputs[i].name), "')");
+  };
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const RawInput& in = inputs[i];
-    const std::string f = absl::StrCat(field, "[", i, "] ('", ClientText(in.name), "')");
+    RawInput& in = inputs[i];
+    auto f = [&] { return name_of(i); };
     size_t s = 0;
     while (s < specs.size() && specs[s].name != in.name) ++s;
     if (s == specs.size()) {
@@ -125,12 +135,12 @@ absl::StatusOr<std::vector<InputView>> ValidateInputs(
     RETURN_IF_ERROR(CheckOne(in, specs[s], f));
     if (rows >= 0 && in.shape[0] != rows) {
       return absl::InvalidArgumentError(absl::StrCat(
-          f, ".shape[0] = ", in.shape[0], " but ", rows_from, " has ", rows,
+          f(), ".shape[0] = ", in.shape[0], " but ", name_of(rows_from), " has ", rows,
           " rows; every input must have the same batch dimension"));
     }
     rows = in.shape[0];
-    rows_from = f;
-    ordered[s] = InputView{in.dtype, in.shape, in.data, in.pieces};
+    rows_from = i;
+    ordered[s] = InputView{in.dtype, std::move(in.shape), in.data, std::move(in.pieces)};
   }
   for (size_t s = 0; s < specs.size(); ++s) {
     if (!seen[s]) {

@@ -41,9 +41,10 @@ struct RawInput {
 // inputs, unknown or duplicate names, missing inputs, wrong dtype, wrong rank
 // or dimension, batch dimension < 1 or differing between inputs, negative
 // dimensions, an element count that overflows, and a byte length other than
-// product(shape) x item size. `field` prefixes field names ("inputs").
+// product(shape) x item size. `field` prefixes field names ("inputs"). The
+// inputs' shapes and pieces move into the views.
 absl::StatusOr<std::vector<InputView>> ValidateInputs(
-    const std::vector<RawInput>& inputs, const std::vector<TensorSpec>& specs,
+    std::vector<RawInput> inputs, const std::vector<TensorSpec>& specs,
     absl::string_view field = "inputs");
 
 // Decodes a native PredictRequest's inputs (views into `request`).
