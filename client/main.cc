@@ -466,7 +466,7 @@ int Main() {
 }  // namespace metalserve::client
 
 int main(int argc, char** argv) {
-  // METALSERVE_MUTEX_DEADLOCK_DETECTION=0 (common/mutex_mode.h).
+  // Off unless METALSERVE_MUTEX_DEADLOCK_DETECTION=1 (common/mutex_mode.h).
   metalserve::ApplyMutexDeadlockDetectionSetting();
   absl::SetProgramUsageMessage(
       "Load-tests a metalserve server: metalserve-bench --target=host:port "

@@ -9,7 +9,7 @@ namespace metalserve {
 
 bool ApplyMutexDeadlockDetectionSetting() {
   const char* value = std::getenv(kDeadlockDetectionEnv);
-  if (value == nullptr || std::strcmp(value, "0") != 0) return false;
+  if (value != nullptr && std::strcmp(value, "1") == 0) return false;
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   return true;
 }

@@ -475,7 +475,7 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   InstallSignalHandlers();
   KeepLargeBlocksInHeap();
-  if (detection_off) metalserve::LogMutexDeadlockDetectionOff();
+  metalserve::LogMutexDeadlockDetection(detection_off);
   const std::string dump_path = absl::GetFlag(FLAGS_metrics_dump);
   const std::string version = METALSERVE_VERSION;
 

@@ -81,8 +81,10 @@ void LogStart(const std::string& version, const RuntimeOptions& ro, const Server
             << " access_log=" << access_log;
 }
 
-void LogMutexDeadlockDetectionOff() {
-  LOG(INFO) << "Abseil mutex deadlock detection off (" << kDeadlockDetectionEnv << "=0)";
+void LogMutexDeadlockDetection(bool off) {
+  LOG(INFO) << "Abseil mutex deadlock detection "
+            << (off ? "off (" : "as Abseil sets it (") << kDeadlockDetectionEnv
+            << (off ? "=1 keeps it)" : "=1)");
 }
 
 }  // namespace metalserve

@@ -28,9 +28,9 @@ void LogModel(const ModelInfo& info);
 void LogStart(const std::string& version, const RuntimeOptions& ro, const ServerOptions& so,
               const MetricsOptions& mo, const std::string& access_log);
 
-// One INFO line: Abseil's mutex deadlock detection was turned off
-// (common/mutex_mode.h).
-void LogMutexDeadlockDetectionOff();
+// One INFO line: whether Abseil's mutex deadlock detection was turned off
+// or kept (common/mutex_mode.h).
+void LogMutexDeadlockDetection(bool off);
 
 }  // namespace metalserve
 

@@ -41,33 +41,38 @@ int InChild(const std::function<void()>& body) {
   return status;
 }
 
-TEST(MutexModeTest, ZeroTurnsDetectionOff) {
-  const int status = InChild([] {
-    setenv(kDeadlockDetectionEnv, "0", 1);
-    if (!ApplyMutexDeadlockDetectionSetting()) _exit(3);
-    InvertLockOrder();
-  });
-  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+// Sets the variable (nullptr: unsets it) in the calling process.
+void SetDetectionEnv(const char* value) {
+  if (value == nullptr) {
+    unsetenv(kDeadlockDetectionEnv);
+  } else {
+    setenv(kDeadlockDetectionEnv, value, 1);
+  }
 }
 
-TEST(MutexModeTest, AnythingElseKeepsAbseilsOwnSetting) {
-  // Whatever this Abseil does with an inverted order by default (abort
-  // where built without NDEBUG), it does the same unless the variable is 0.
-  const int untouched = InChild([] { InvertLockOrder(); });
-  for (const char* value : {static_cast<const char*>(nullptr), "1", "off", ""}) {
+TEST(MutexModeTest, UnsetOrAnythingButOneTurnsDetectionOff) {
+  for (const char* value : {static_cast<const char*>(nullptr), "0", "", "off", "true"}) {
     SCOPED_TRACE(value == nullptr ? "(unset)" : value);
-    const int kept = InChild([value] {
-      if (value == nullptr) {
-        unsetenv(kDeadlockDetectionEnv);
-      } else {
-        setenv(kDeadlockDetectionEnv, value, 1);
-      }
-      if (ApplyMutexDeadlockDetectionSetting()) _exit(3);
+    const int status = InChild([value] {
+      SetDetectionEnv(value);
+      if (!ApplyMutexDeadlockDetectionSetting()) _exit(3);
       InvertLockOrder();
     });
-    EXPECT_EQ(kept, untouched);
+    ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 0);
   }
+}
+
+TEST(MutexModeTest, OneKeepsAbseilsOwnSetting) {
+  // Whatever this Abseil does with an inverted order by default (abort
+  // where built without NDEBUG), it does the same with the variable at 1.
+  const int untouched = InChild([] { InvertLockOrder(); });
+  const int kept = InChild([] {
+    SetDetectionEnv("1");
+    if (ApplyMutexDeadlockDetectionSetting()) _exit(3);
+    InvertLockOrder();
+  });
+  EXPECT_EQ(kept, untouched);
 }
 
 }  // namespace
