@@ -13,7 +13,7 @@ change adds or removes, not as time.
   bench/instructions.py                               # null runner, [1,4] requests
   bench/instructions.py --servers=echo,null           # beside gRPC's own floor
   bench/instructions.py --metalserve=/tmp/old/metalserve --metalserve=build/metalserve
-  bench/instructions.py --server_env=METALSERVE_MUTEX_DEADLOCK_DETECTION=0
+  bench/instructions.py --server_env=METALSERVE_MUTEX_DEADLOCK_DETECTION=1  # detection on
 
 Each server listens on a Unix socket in a temporary folder; the client is
 metalserve-bench at concurrency 8. callgrind runs the server about 50x

@@ -1,7 +1,5 @@
 #include "server/metrics/metrics.h"
 
-#include <array>
-#include <atomic>
 #include <exception>
 #include <memory>
 #include <string>
@@ -33,6 +31,7 @@ using metrics_internal::CodeIndex;
 using metrics_internal::MethodSeries;
 using metrics_internal::ModelSeries;
 using metrics_internal::ModelSeriesSet;
+using metrics_internal::PriorityFamilies;
 using metrics_internal::MonitorCollectable;
 using metrics_internal::RequestFamilies;
 using metrics_internal::RuntimeFamilies;
@@ -156,20 +155,7 @@ class MetricsImpl final : public Metrics {
   RuntimeFamilies runtime_;
   ServerFamilies server_;
   ModelSeriesSet model_series_;  // children of requests_ and batches_
-  // By priority level; children are added on first use (Family::Add finds an
-  // existing child under the family's own lock).
-  Family<prometheus::Counter>& priority_requests_;
-  Family<prometheus::Histogram>& priority_duration_;
-  // The children of the first kCachedPriorityLevels levels, found once each:
-  // Family::Add builds its label map and the histogram's bucket list on every
-  // call (8 allocations and the family's lock per request). A racing first
-  // use stores the same child twice: Family::Add returns the one it has.
-  static constexpr int kCachedPriorityLevels = 16;
-  struct PrioritySeries {
-    std::array<std::atomic<prometheus::Counter*>, metrics_internal::kNumCodes> requests{};
-    std::atomic<prometheus::Histogram*> duration{nullptr};
-  };
-  std::array<PrioritySeries, kCachedPriorityLevels> priority_series_;
+  PriorityFamilies priority_;
   Family<Gauge>& model_state_;
   Family<prometheus::Counter>& model_loads_;
   Family<prometheus::Counter>& model_unloads_;
@@ -206,16 +192,7 @@ MetricsImpl::MetricsImpl(const MetricsOptions& options)
       runtime_(*registry_),
       server_(*registry_),
       model_series_(&requests_, &batches_),
-      priority_requests_(prometheus::BuildCounter()
-                             .Name("metalserve_priority_requests_total")
-                             .Help("Admitted inference requests by priority level and "
-                                   "gRPC code.")
-                             .Register(*registry_)),
-      priority_duration_(prometheus::BuildHistogram()
-                             .Name("metalserve_priority_request_duration_seconds")
-                             .Help("Latency of admitted inference requests by priority "
-                                   "level.")
-                             .Register(*registry_)),
+      priority_(*registry_),
       model_state_(prometheus::BuildGauge()
                        .Name("metalserve_model_state")
                        .Help("1 for each model version the repository knows, labelled by its "
@@ -285,35 +262,7 @@ void MetricsImpl::RequestFinished(absl::string_view method,
 
 void MetricsImpl::PriorityRequestFinished(int level, absl::StatusCode code,
                                           absl::Duration latency) {
-  const int code_index = CodeIndex(code);
-  auto requests = [&] {
-    return &priority_requests_.Add(
-        {{"priority", std::to_string(level)}, {"code", absl::StatusCodeToString(code)}});
-  };
-  auto duration = [&] {
-    return &priority_duration_.Add({{"priority", std::to_string(level)}},
-                                   metrics_internal::LatencyBuckets());
-  };
-  const double seconds = absl::ToDoubleSeconds(latency);
-  if (level < 0 || level >= kCachedPriorityLevels || code_index != static_cast<int>(code)) {
-    requests()->Increment();
-    duration()->Observe(seconds);
-    return;
-  }
-  PrioritySeries& series = priority_series_[static_cast<size_t>(level)];
-  auto& counter = series.requests[static_cast<size_t>(code_index)];
-  prometheus::Counter* c = counter.load(std::memory_order_acquire);
-  if (c == nullptr) {
-    c = requests();
-    counter.store(c, std::memory_order_release);
-  }
-  c->Increment();
-  prometheus::Histogram* h = series.duration.load(std::memory_order_acquire);
-  if (h == nullptr) {
-    h = duration();
-    series.duration.store(h, std::memory_order_release);
-  }
-  h->Observe(seconds);
+  priority_.Record(level, code, absl::ToDoubleSeconds(latency));
 }
 
 // One model version's handle: records into its series and, for a request's

@@ -74,6 +74,48 @@ RequestFamilies::RequestFamilies(prometheus::Registry& registry)
         return s;
       }) {}
 
+PriorityFamilies::PriorityFamilies(prometheus::Registry& registry)
+    : requests_(prometheus::BuildCounter()
+                    .Name("metalserve_priority_requests_total")
+                    .Help("Admitted inference requests by priority level and gRPC code.")
+                    .Register(registry)),
+      duration_(prometheus::BuildHistogram()
+                    .Name("metalserve_priority_request_duration_seconds")
+                    .Help("Latency of admitted inference requests by priority level.")
+                    .Register(registry)) {}
+
+Counter& PriorityFamilies::RequestsChild(int level, absl::StatusCode code) {
+  return requests_.Add(
+      {{"priority", std::to_string(level)}, {"code", absl::StatusCodeToString(code)}});
+}
+
+Histogram& PriorityFamilies::DurationChild(int level) {
+  return duration_.Add({{"priority", std::to_string(level)}}, LatencyBuckets());
+}
+
+void PriorityFamilies::Record(int level, absl::StatusCode code, double seconds) {
+  const int code_index = CodeIndex(code);
+  if (level < 0 || level >= kCachedLevels || code_index != static_cast<int>(code)) {
+    RequestsChild(level, code).Increment();
+    DurationChild(level).Observe(seconds);
+    return;
+  }
+  LevelSeries& series = levels_[static_cast<size_t>(level)];
+  std::atomic<Counter*>& counter = series.requests[static_cast<size_t>(code_index)];
+  Counter* c = counter.load(std::memory_order_acquire);
+  if (c == nullptr) {
+    c = &RequestsChild(level, code);
+    counter.store(c, std::memory_order_release);
+  }
+  c->Increment();
+  Histogram* h = series.duration.load(std::memory_order_acquire);
+  if (h == nullptr) {
+    h = &DurationChild(level);
+    series.duration.store(h, std::memory_order_release);
+  }
+  h->Observe(seconds);
+}
+
 BatchFamilies::BatchFamilies(prometheus::Registry& registry)
     : queue_duration(prometheus::BuildHistogram()
                          .Name("metalserve_queue_duration_seconds")

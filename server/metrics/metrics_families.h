@@ -1,6 +1,6 @@
 // The metric families behind Metrics (metrics.h), built in small groups, one
 // per edge of the server that records into them: requests (the handlers),
-// batching (batcher and executor), runtime (device memory, cache clears,
+// priority levels (the same handlers), batching (batcher and executor), runtime (device memory, cache clears,
 // model load), server state (build info, readiness, access log) and the
 // rolling monitor (gauges computed when scraped). Internal to the metrics
 // target: only metrics.cc includes this header.
@@ -8,13 +8,15 @@
 // Ownership: every family and child lives in the prometheus::Registry handed
 // to a group's constructor; a group holds references into it, so the
 // registry must outlive the group. Thread-safety: the groups are immutable
-// after construction except BoundedChildren, whose Get() is thread-safe;
+// after construction except BoundedChildren, whose Get() is thread-safe, and
+// PriorityFamilies, whose Record() is;
 // prometheus-cpp's counters, gauges and histograms are thread-safe.
 // Destruction: nothing to stop; the registry frees the families.
 #ifndef METALSERVE_SERVER_METRICS_METRICS_FAMILIES_H_
 #define METALSERVE_SERVER_METRICS_METRICS_FAMILIES_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -116,6 +118,34 @@ struct RequestFamilies {
   prometheus::Family<prometheus::Histogram>& duration;
   prometheus::Gauge& inflight;
   BoundedChildren<MethodSeries> methods;  // after the two families it fills
+};
+
+// The priority edge: priority_requests_total{priority,code},
+// priority_request_duration_seconds{priority}. Record() is thread-safe.
+class PriorityFamilies {
+ public:
+  explicit PriorityFamilies(prometheus::Registry& registry);
+
+  // One admitted request of priority `level` finished with `code`.
+  void Record(int level, absl::StatusCode code, double seconds);
+
+ private:
+  prometheus::Counter& RequestsChild(int level, absl::StatusCode code);
+  prometheus::Histogram& DurationChild(int level);
+
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& duration_;
+  // The children of the first kCachedLevels levels, found once each:
+  // Family::Add builds its label map and the histogram's bucket list on every
+  // call (8 allocations and the family's lock per request). A racing first
+  // use stores the same child twice: Family::Add returns the one it has.
+  // Other levels (and codes outside 0..16) go through Family::Add each time.
+  static constexpr int kCachedLevels = 16;
+  struct LevelSeries {
+    std::array<std::atomic<prometheus::Counter*>, kNumCodes> requests{};
+    std::atomic<prometheus::Histogram*> duration{nullptr};
+  };
+  std::array<LevelSeries, kCachedLevels> levels_;
 };
 
 // The batching edge, per model version (model_series.h adds the children):
