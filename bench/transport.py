@@ -108,7 +108,8 @@ def start_echo(a, sig, workdir, tag, extra=()):
     procs = {}
     for kind, target in addr.items():
         procs[kind] = Proc([os.path.join(a.build, "bench/transport/echo_server"),
-                            f"--signature={sig}", f"--address={target}", *extra],
+                            f"--signature={sig}", f"--address={target}",
+                            *a.echo_args, *extra],
                            os.path.join(workdir, f"{tag}-{kind}.log"), "ready: gRPC",
                            env=server_env(a))
     return procs, addr
@@ -230,6 +231,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--server_arg", dest="server_args", action="append", default=[],
                    help="extra metalserve flag, repeatable")
+    p.add_argument("--echo_arg", dest="echo_args", action="append", default=[],
+                   help="extra echo_server flag, repeatable (e.g. --unix_socket_buffer_bytes=0)")
     p.add_argument("--bench_arg", dest="bench_args", action="append", default=[],
                    help="extra metalserve-bench flag, repeatable (e.g. --protocol=kserve: "
                         "then leave echo out of --servers, it serves Predict only)")

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/unix_socket_buffers.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -90,6 +91,10 @@ std::string ServiceConfigJson(int max_attempts) {
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
     const ChannelOptions& options) {
   ASSIGN_OR_RETURN(const std::string target, ChannelTarget(options.targets));
+  if (options.unix_socket_buffer_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unix_socket_buffer_bytes ", options.unix_socket_buffer_bytes, " < 0"));
+  }
   if (options.connections < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("connections ", options.connections, " < 1"));
@@ -123,6 +128,9 @@ absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
     // A distinct argument keeps channels from sharing subchannels, so each
     // one opens its own connections.
     args.SetInt("metalserve.client.connection_index", i);
+    if (options.unix_socket_buffer_bytes > 0) {
+      args.SetSocketMutator(NewUnixSocketBufferMutator(options.unix_socket_buffer_bytes));
+    }
     if (!options.tls_server_name.empty()) {
       args.SetSslTargetNameOverride(options.tls_server_name);
     }

@@ -12,6 +12,7 @@
 #ifndef METALSERVE_CLIENT_CHANNEL_FACTORY_H_
 #define METALSERVE_CLIENT_CHANNEL_FACTORY_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@ struct ChannelOptions {
   // retries a call the client cancelled itself). 1 = no retries. gRPC caps
   // it at 5.
   int max_attempts = 1;
+  // SO_SNDBUF and SO_RCVBUF of each connection to a unix: target
+  // (common/unix_socket_buffers.h); TCP connections keep the kernel's
+  // tuning. 0: the kernel's defaults.
+  int64_t unix_socket_buffer_bytes = 0;
 };
 
 // The service config JSON: round_robin, plus a retry policy on UNAVAILABLE

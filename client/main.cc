@@ -42,6 +42,7 @@
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "common/clock.h"
 #include "common/flags_help.h"
+#include "common/unix_socket_buffers.h"
 #include "common/mutex_mode.h"
 #include "common/status_macros.h"
 
@@ -118,6 +119,9 @@ ABSL_FLAG(int32_t, retries, 0,
           "Default 0; at most 4.");
 ABSL_FLAG(int32_t, connections, 1,
           "Independent channels (HTTP/2 connections per address). Default 1.");
+ABSL_FLAG(int64_t, unix_socket_buffer_bytes, metalserve::kDefaultUnixSocketBufferBytes,
+          "SO_SNDBUF and SO_RCVBUF of each connection to a unix: target (TCP keeps the "
+          "kernel's tuning); 0 = the kernel's default");
 ABSL_FLAG(std::string, tls_ca, "", "PEM root certificates; enables TLS.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain (mutual TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM client private key (mutual TLS).");
@@ -353,6 +357,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.channels.targets =
       absl::StrSplit(TargetFlag(), ',', absl::SkipEmpty());
   c.channels.connections = absl::GetFlag(FLAGS_connections);
+  c.channels.unix_socket_buffer_bytes = absl::GetFlag(FLAGS_unix_socket_buffer_bytes);
   c.channels.max_attempts = 1 + absl::GetFlag(FLAGS_retries);
   c.channels.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   c.channels.tls_cert = absl::GetFlag(FLAGS_tls_cert);

@@ -145,6 +145,9 @@ ABSL_FLAG(absl::Duration, unread_response_timeout, absl::Seconds(30),
           "An answer the client has not read within this is cancelled");
 ABSL_FLAG(int, max_concurrent_streams, 0, "Calls one connection may have open at once; "
           "0 = gRPC's default (no limit)");
+ABSL_FLAG(int64_t, unix_socket_buffer_bytes, metalserve::kDefaultUnixSocketBufferBytes,
+          "SO_SNDBUF and SO_RCVBUF of each connection on a unix:// address (TCP keeps the "
+          "kernel's tuning); 0 = the kernel's default");
 ABSL_FLAG(std::string, grpc_api, "auto",
           "How Predict and ModelInfer are served: callback (gRPC's callback API), async "
           "(completion queues polled by --grpc_cq_threads threads of the server's) or auto "
@@ -356,6 +359,7 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   so.max_unread_response_bytes = absl::GetFlag(FLAGS_max_unread_response_bytes);
   so.unread_response_timeout = absl::GetFlag(FLAGS_unread_response_timeout);
   so.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  so.unix_socket_buffer_bytes = absl::GetFlag(FLAGS_unix_socket_buffer_bytes);
   const int cores = metalserve::UsableCores();
   if (auto api = metalserve::ParseGrpcApi(absl::GetFlag(FLAGS_grpc_api), cores); api.ok()) {
     so.grpc_api = *api;

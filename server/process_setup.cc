@@ -9,9 +9,12 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/mutex_mode.h"
+#include "common/unix_socket_buffers.h"
 #include "glog/logging.h"
 
 namespace metalserve {
@@ -53,6 +56,22 @@ void LogModel(const ModelInfo& info) {
             << ", warmed up in " << absl::FormatDuration(info.warmup_time);
 }
 
+namespace {
+
+// " unix_socket_buffer=ASKED (GRANTED granted)" where the server listens on
+// a Unix socket: what a connection's send buffer becomes, read back from a
+// socket pair, so a cap (Linux: net.core.wmem_max) shows in the log.
+std::string UnixSocketBufferNote(const ServerOptions& so) {
+  if (!absl::StrContains(so.address, "unix:")) return "";
+  if (so.unix_socket_buffer_bytes <= 0) return " unix_socket_buffer=kernel default";
+  const absl::StatusOr<int64_t> granted = UnixSocketBufferGranted(so.unix_socket_buffer_bytes);
+  return absl::StrCat(" unix_socket_buffer=", so.unix_socket_buffer_bytes, " (",
+                      granted.ok() ? absl::StrCat(*granted) : granted.status().ToString(),
+                      " granted)");
+}
+
+}  // namespace
+
 void LogStart(const std::string& version, const RuntimeOptions& ro, const ServerOptions& so,
               const MetricsOptions& mo, const std::string& access_log) {
   LOG(INFO) << "metalserve " << version << " starting: model=" << ro.model_path
@@ -76,7 +95,8 @@ void LogStart(const std::string& version, const RuntimeOptions& ro, const Server
             << " executors=" << so.batching.num_executors
             << (so.cuda_slots > 0 ? absl::StrCat(" (", so.cuda_slots, " on CUDA)") : "")
             << " rows_per_slot=" << so.batching.rows_per_slot
-            << " address=" << so.address << " http_address=" << so.http.address
+            << " address=" << so.address << UnixSocketBufferNote(so)
+            << " http_address=" << so.http.address
             << " metrics_address=" << mo.listen_address
             << " access_log=" << access_log;
 }

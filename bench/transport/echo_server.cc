@@ -34,6 +34,7 @@
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "common/mutex_mode.h"
+#include "common/unix_socket_buffers.h"
 #include "grpcpp/grpcpp.h"
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "server/model_config/model_config.h"
@@ -48,6 +49,8 @@ ABSL_FLAG(std::string, api, "callback",
           "How Predict is served: callback (gRPC's callback API, as metalserve serves) or "
           "async (completion queues polled by --cq_threads threads of its own)");
 ABSL_FLAG(int, cq_threads, 2, "With --api=async: completion queues, one thread each");
+ABSL_FLAG(int64_t, unix_socket_buffer_bytes, metalserve::kDefaultUnixSocketBufferBytes,
+          "As metalserve's: SO_SNDBUF and SO_RCVBUF of unix:// connections; 0 = the kernel's");
 
 namespace metalserve {
 namespace {
@@ -243,6 +246,10 @@ int Main() {
     for (int i = 0; i < cq_threads; ++i) cqs.push_back(builder.AddCompletionQueue());
   } else {
     builder.RegisterService(&callback_service);
+  }
+  // The same socket buffers as metalserve (server/service/server.cc).
+  if (const int64_t b = absl::GetFlag(FLAGS_unix_socket_buffer_bytes); b > 0) {
+    builder.SetOption(metalserve::UnixSocketBufferOption(b));
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
   builder.SetMaxSendMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));

@@ -87,6 +87,11 @@ void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder* build
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                                 options.max_concurrent_streams);
   }
+  // Larger buffers on Unix-socket connections: fewer writes and wake-ups
+  // per large message (common/unix_socket_buffers.h).
+  if (options.unix_socket_buffer_bytes > 0) {
+    builder->SetOption(UnixSocketBufferOption(options.unix_socket_buffer_bytes));
+  }
   grpc::ResourceQuota quota("metalserve");
   quota.Resize(static_cast<size_t>(options.MemoryQuotaBytes()));
   builder->SetResourceQuota(quota);

@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "server/batcher/batcher.h"
 #include "common/clock.h"
+#include "common/unix_socket_buffers.h"
 #include "server/metrics/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/runtime/runner.h"
@@ -105,6 +106,10 @@ struct ServerOptions {
   // HTTP/2 streams (calls) one connection may have open at once; a client
   // opening more waits for one to end. 0: gRPC's default (no limit).
   int max_concurrent_streams = 0;
+  // SO_SNDBUF and SO_RCVBUF for each connection accepted on a Unix socket
+  // address (common/unix_socket_buffers.h); TCP connections keep the
+  // kernel's tuning. 0: the kernel's defaults.
+  int64_t unix_socket_buffer_bytes = kDefaultUnixSocketBufferBytes;
   // Which gRPC API serves Predict and ModelInfer (async_unary.h): the
   // callback API, or completion queues polled by `grpc_cq_threads` threads
   // of the server's own (0: AsyncUnaryServer::kDefaultQueues). Every other

@@ -166,6 +166,11 @@ absl::Status ServerOptions::Validate() const {
         "memory_quota_bytes must be 0 (sized from max_message_bytes) or at least "
         "max_message_bytes (", max_message_bytes, "), got ", memory_quota_bytes));
   }
+  if (unix_socket_buffer_bytes < 0 || unix_socket_buffer_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unix_socket_buffer_bytes must be in [0, 1073741824] (0: the kernel's default), got ",
+        unix_socket_buffer_bytes));
+  }
   if (max_unread_response_bytes_per_connection < 0 || max_unread_response_bytes < 0 ||
       max_concurrent_streams < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -77,6 +77,9 @@ def main():
              "priority_active_window must be > 0, got 0"),
             (["--address=127.0.0.1:0", "--grpc_api=sync"],
              "grpc_api must be auto, callback or async, got 'sync'"),
+            (["--address=127.0.0.1:0", "--unix_socket_buffer_bytes=-1"],
+             "unix_socket_buffer_bytes must be in [0, 1073741824] (0: the kernel's default), "
+             "got -1"),
             (["--address=127.0.0.1:0", "--grpc_cq_threads=65"],
              "grpc_cq_threads must be in [0, 64] (0: the default), got 65"),
             (["--address=127.0.0.1:0", "--tls_cert=" + p("a.pem"),
