@@ -5,14 +5,13 @@
 // default buffers; a TCP connection keeps them with it.
 #include "common/unix_socket_buffers.h"
 
-#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,15 +44,21 @@ int Option(int fd, int name) {
   return value;
 }
 
+// The process's open descriptors above stderr (no /proc on macOS: each
+// number is asked).
+std::vector<int> OpenFds() {
+  std::vector<int> fds;
+  for (int fd = 3; fd < 4096; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1) fds.push_back(fd);
+  }
+  return fds;
+}
+
 // The process's connected sockets whose local (server end) or peer (client
 // end) address is the Unix socket `path`.
 std::vector<Buffers> UnixEnds(const std::string& path) {
   std::vector<Buffers> out;
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return out;
-  while (dirent* e = readdir(dir)) {
-    const int fd = std::atoi(e->d_name);
-    if (fd <= 2) continue;
+  for (int fd : OpenFds()) {
     for (auto get : {getsockname, getpeername}) {
       sockaddr_un addr{};
       socklen_t len = sizeof(addr);
@@ -73,7 +78,6 @@ std::vector<Buffers> UnixEnds(const std::string& path) {
       break;
     }
   }
-  closedir(dir);
   return out;
 }
 
@@ -88,11 +92,7 @@ int PortOf(const sockaddr_storage& a) {
 // The process's connected TCP sockets to or from `port`.
 std::vector<Buffers> TcpEnds(int port) {
   std::vector<Buffers> out;
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return out;
-  while (dirent* e = readdir(dir)) {
-    const int fd = std::atoi(e->d_name);
-    if (fd <= 2) continue;
+  for (int fd : OpenFds()) {
     sockaddr_storage self{}, peer{};
     socklen_t a = sizeof(self), b = sizeof(peer);
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &a) != 0 ||
@@ -103,7 +103,6 @@ std::vector<Buffers> TcpEnds(int port) {
       out.push_back({Option(fd, SO_SNDBUF), Option(fd, SO_RCVBUF)});
     }
   }
-  closedir(dir);
   return out;
 }
 
