@@ -63,6 +63,11 @@ void SetBuffers(int fd, int bytes) {
   (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
+// `bytes` as setsockopt takes it.
+int SocketOptionBytes(int64_t bytes) {
+  return static_cast<int>(std::clamp<int64_t>(bytes, 1, INT_MAX));
+}
+
 bool MutateFd(int fd, grpc_socket_mutator* m) {
   SetBuffers(fd, Self(m)->bytes);
   return true;
@@ -103,7 +108,7 @@ grpc_socket_mutator* NewUnixSocketBufferMutator(int64_t bytes) {
   auto* m = new UnixBufferMutator;
   m->base.vtable = &kVtable;
   gpr_ref_init(&m->base.refcount, 1);
-  m->bytes = static_cast<int>(std::clamp<int64_t>(bytes, 1, INT_MAX));
+  m->bytes = SocketOptionBytes(bytes);
   return &m->base;
 }
 
@@ -116,7 +121,7 @@ absl::StatusOr<int64_t> UnixSocketBufferGranted(int64_t bytes) {
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
     return absl::InternalError("socketpair(AF_UNIX) failed");
   }
-  SetBuffers(fds[0], static_cast<int>(std::clamp<int64_t>(bytes, 1, INT_MAX)));
+  SetBuffers(fds[0], SocketOptionBytes(bytes));
   int granted = 0;
   socklen_t len = sizeof(granted);
   const int rc = getsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &granted, &len);
