@@ -49,9 +49,36 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(cmd, **kw):
-    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
+def parse_cpus(spec):
+    """--server_cpus/--client_cpus: "0", "0,2", "0-3" -> sorted CPU numbers;
+    "" -> None (not pinned). Pure: tested by tests/client/bench_run_test.py."""
+    if not spec:
+        return None
+    cpus = set()
+    for part in spec.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise SystemExit(f"'{spec}': want CPU numbers such as 0 or 0,2 or 0-3") from None
+        if first < 0 or last < first:
+            raise SystemExit(f"'{spec}': '{part}' is no CPU range")
+        cpus.update(range(first, last + 1))
+    return sorted(cpus)
+
+
+def pin(cpus):
+    """A preexec_fn that runs the child on `cpus` only (None: anywhere)."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def run(cmd, cpus=None, **kw):
+    print("+ " + ("taskset -c " + ",".join(map(str, cpus)) + " " if cpus else "")
+          + " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, check=True, text=True, capture_output=True,
+                          preexec_fn=pin(cpus), **kw).stdout
 
 
 def raw_forward(a, level):
@@ -92,8 +119,11 @@ class Server:
             cmd.append("--channels_last")
         if allowed:
             cmd.append(f"--allowed_batch_sizes={allowed}")
-        print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        cpus = getattr(a, "server_cpu_list", None)
+        print("+ " + ("taskset -c " + ",".join(map(str, cpus)) + " " if cpus else "")
+              + " ".join(cmd), file=sys.stderr, flush=True)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=pin(cpus))
         self.target = f"127.0.0.1:{self.port}"
         self.optimization = "?"
         deadline = time.time() + a.start_timeout
@@ -127,6 +157,16 @@ class Server:
             vals[name] = float(v)
         return vals
 
+    def cpu_seconds(self):
+        """The server's user + system CPU time so far, from /proc (None where
+        there is none, e.g. macOS)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -146,23 +186,45 @@ def batch_counts(m):
             total("metalserve_batch_padding_rows_total"))
 
 
+def answered(m):
+    """Requests the server answered OK, every method and model."""
+    return sum(v for k, v in m.items()
+               if k.startswith("metalserve_requests_total{") and 'code="OK"' in k)
+
+
+def cpu_per_request_us(cpu0, cpu1, m0, m1):
+    """Server CPU microseconds per request answered between two scrapes
+    (warm-up included on both sides); None without /proc or requests."""
+    n = answered(m1) - answered(m0)
+    if cpu0 is None or cpu1 is None or n <= 0:
+        return None
+    return (cpu1 - cpu0) * 1e6 / n
+
+
 def sweep(a, server, levels):
     results = []
     for c in levels:
-        m0 = batch_counts(server.metrics())
+        m0_all = server.metrics()
+        cpu0 = server.cpu_seconds()
+        m0 = batch_counts(m0_all)
         out = run([os.path.join(a.build, "metalserve-bench"), f"--target={server.target}",
                    f"--concurrency={c}", f"--duration={a.duration}s",
                    f"--warmup={a.warmup}s", f"--input={a.input}", "--output=json",
-                   "--progress=off"] + a.bench_args)
+                   "--progress=off"] + a.bench_args, cpus=getattr(a, "client_cpu_list", None))
         r = json.loads(out)["runs"][0]
-        m1 = batch_counts(server.metrics())
+        cpu1 = server.cpu_seconds()
+        m1_all = server.metrics()
+        m1 = batch_counts(m1_all)
         rows, n, pad = (x1 - x0 for x0, x1 in zip(m0, m1))
         r["realised_batch_rows_mean"] = rows / n if n else 0.0
         r["padding_share"] = pad / (rows + pad) if rows + pad else 0.0
+        r["server_cpu_us_per_request"] = cpu_per_request_us(cpu0, cpu1, m0_all, m1_all)
         results.append(r)
+        cpu = r["server_cpu_us_per_request"]
         print(f"  c={c:<4} {r['requests_per_s']:9.1f} req/s  p50 {r['latency_us']['p50']/1e3:8.2f} ms"
               f"  p99 {r['latency_us']['p99']/1e3:8.2f} ms  batch {r['realised_batch_rows_mean']:.2f}"
-              f"  pad {100*r['padding_share']:.1f}%  err {r['error_rate']:.4f}", file=sys.stderr)
+              f"  pad {100*r['padding_share']:.1f}%  err {r['error_rate']:.4f}"
+              + (f"  server cpu {cpu:.1f} us/req" if cpu is not None else ""), file=sys.stderr)
     return results
 
 
@@ -264,6 +326,9 @@ def floor_overhead(s, transport_rows):
 def host_info(a):
     info = {"host": socket.gethostname(), "cpus": os.cpu_count(),
             "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    for key in ("server_cpu_list", "client_cpu_list"):
+        if getattr(a, key, None) is not None:
+            info[key.replace("_list", "s")] = getattr(a, key)
     try:
         info["cpu_model"] = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                                  if l.startswith("model name"))
@@ -328,6 +393,12 @@ def main():
                         "bench/results is the repository's record, only on request)")
     p.add_argument("--transport", action="store_true",
                    help="also measure the transport floor (bench/transport.py) for this payload")
+    p.add_argument("--server_cpus", default="",
+                   help="run every server on these CPUs only (e.g. 0, or 0-3; Linux): with "
+                        "--client_cpus, server and client stop taking each other's cores, "
+                        "which on a 2-core machine is most of the round-to-round spread")
+    p.add_argument("--client_cpus", default="",
+                   help="run metalserve-bench on these CPUs only (e.g. 1)")
     p.add_argument("--host_label", default=socket.gethostname(),
                    help="names the host in the JSON and its file name (default: hostname)")
     a = p.parse_args()
@@ -337,6 +408,16 @@ def main():
     a.bench_args = a.bench_args.split()
     a.server_args = a.server_args.split()
     a.sweep_levels = [int(x) for x in a.sweep.split(",")]
+    a.server_cpu_list = parse_cpus(a.server_cpus)
+    a.client_cpu_list = parse_cpus(a.client_cpus)
+    for flag, cpus in (("--server_cpus", a.server_cpu_list), ("--client_cpus", a.client_cpu_list)):
+        if cpus is None:
+            continue
+        if not hasattr(os, "sched_setaffinity"):
+            raise SystemExit(f"{flag}: this system cannot pin a process to CPUs")
+        if not set(cpus) <= os.sched_getaffinity(0):
+            raise SystemExit(f"{flag}={','.join(map(str, cpus))}: not all of them are "
+                             f"available here ({sorted(os.sched_getaffinity(0))})")
     models_dir = a.models_dir or os.path.join(a.build, "models")
     a.model_path = os.path.join(models_dir, a.model + ".pt")
     os.makedirs(a.out, exist_ok=True)

@@ -126,7 +126,8 @@ class PoliciesTest(unittest.TestCase):
         g = policies.goals(table, [64])["adaptive:5ms"]
         # Ratios 0.8, 0.9, 1.0526, 1.2: median of the middle two.
         self.assertEqual(g, ["c=64 0.947x best fixed (fixed:1ms); round by round "
-                             "0.976x, 2/4 rounds >= 1, range 0.800-1.200 (goal >= 1)"])
+                             "0.976x, 2/4 rounds >= 1, range 0.800-1.200; "
+                             "best round 1.200x (fixed:1ms's) (goal >= 1)"])
         # One round: no paired figure.
         del adaptive["rounds_requests_per_s"]
         self.assertEqual(policies.goals(table, [64])["adaptive:5ms"],
@@ -141,6 +142,50 @@ class PoliciesTest(unittest.TestCase):
         self.assertEqual(got[0]["latency_us"]["p50"], 7000)
         self.assertEqual(got[1]["rounds_requests_per_s"], [1000, 3000, 2000])
         self.assertEqual(got[1]["rounds_p99_ms"], [9.0, 3.0, 4.0])
+
+    def test_best_round_is_taken_over_every_fixed_delay(self):
+        adaptive = point(256, 900, 5000)
+        adaptive["rounds_requests_per_s"] = [700, 900, 1040]
+        f0, f5 = point(256, 1000, 5000), point(256, 950, 5000)
+        f0["rounds_requests_per_s"] = [1000, 990, 600]
+        f5["rounds_requests_per_s"] = [500, 950, 1300]  # the best round is not the best median
+        got = policies.best_rounds(adaptive, {"fixed:0ms": f0, "fixed:5ms": f5})
+        self.assertEqual(got, "best round 0.800x (fixed:5ms's)")
+        del adaptive["rounds_requests_per_s"]
+        self.assertEqual(policies.best_rounds(adaptive, {"fixed:0ms": f0}), "")
+
+    def test_goals_add_the_servers_cpu_per_request_round_by_round(self):
+        adaptive, fixed = point(256, 1000, 5000), point(256, 1000, 5000)
+        adaptive["rounds_requests_per_s"] = [1000, 1000, 1000]
+        fixed["rounds_requests_per_s"] = [1000, 1000, 1000]
+        adaptive["rounds_server_cpu_us_per_request"] = [27.0, 30.0, 24.0]
+        fixed["rounds_server_cpu_us_per_request"] = [30.0, 30.0, 30.0]
+        table = {"fixed:5ms": [fixed], "adaptive:5ms": [adaptive]}
+        g = policies.goals(table, [256])["adaptive:5ms"][0]
+        self.assertTrue(g.endswith("; server CPU per request round by round 0.900x, "
+                                   "1/3 rounds >= 1, range 0.800-1.000"), g)
+        # A round without the figure (no /proc): none given.
+        adaptive["rounds_server_cpu_us_per_request"][1] = None
+        g = policies.goals(table, [256])["adaptive:5ms"][0]
+        self.assertNotIn("server CPU", g)
+
+    def test_cpu_per_request_counts_the_ok_answers_between_scrapes(self):
+        ok = 'metalserve_requests_total{code="OK",method="Predict",model="m",version="1"}'
+        bad = 'metalserve_requests_total{code="INTERNAL",method="Predict",model="m",version="1"}'
+        kserve = 'metalserve_requests_total{code="OK",method="ModelInfer",model="m",version="1"}'
+        m0 = {ok: 100.0, bad: 5.0, kserve: 0.0}
+        m1 = {ok: 1100.0, bad: 500.0, kserve: 1000.0}
+        self.assertAlmostEqual(run.cpu_per_request_us(1.0, 1.05, m0, m1), 25.0)
+        self.assertIsNone(run.cpu_per_request_us(None, 1.05, m0, m1))
+        self.assertIsNone(run.cpu_per_request_us(1.0, 1.05, m0, m0))
+
+    def test_cpu_lists(self):
+        self.assertIsNone(run.parse_cpus(""))
+        self.assertEqual(run.parse_cpus("1"), [1])
+        self.assertEqual(run.parse_cpus("0,2-3, 2"), [0, 2, 3])
+        for bad in ("x", "3-1", "-1", "1,"):
+            with self.assertRaises(SystemExit, msg=bad):
+                run.parse_cpus(bad)
 
 
 if __name__ == "__main__":
