@@ -69,6 +69,39 @@ absl::Duration BatchCostModel::Cost(int64_t rows) const {
   return absl::Seconds(cost_s_[below] + f * (cost_s_[above] - cost_s_[below]));
 }
 
+void LinearCostFit::Observe(int64_t rows, absl::Duration cost) {
+  if (rows < 1) return;
+  double seen = absl::ToDoubleSeconds(std::max(cost, absl::ZeroDuration()));
+  // One stalled batch is not a new cost (as BatchCostModel::kMaxStep); a
+  // size beyond the largest seen is taken as measured: the line's
+  // extrapolation is no figure to bound it by.
+  const double now = absl::ToDoubleSeconds(Cost(rows));
+  if (now > 0 && rows <= largest_) seen = std::min(seen, BatchCostModel::kMaxStep * now);
+  largest_ = std::max(largest_, rows);
+  const double m = static_cast<double>(rows);
+  const double keep = w_ > 0 ? 1 - kAlpha : 0;
+  w_ = keep * w_ + 1;
+  m_ = keep * m_ + m;
+  c_ = keep * c_ + seen;
+  mm_ = keep * mm_ + m * m;
+  mc_ = keep * mc_ + m * seen;
+}
+
+absl::Duration LinearCostFit::Cost(int64_t rows) const {
+  if (w_ <= 0) return absl::ZeroDuration();
+  const double mean_m = m_ / w_, mean_c = c_ / w_;
+  const double var = mm_ / w_ - mean_m * mean_m;
+  // Sizes spread by less than a row's tenth: one size seen, no slope to fit.
+  if (var < 0.01) return absl::Seconds(mean_c);
+  double slope = std::max(0.0, (mc_ / w_ - mean_m * mean_c) / var);
+  double fixed = mean_c - slope * mean_m;
+  if (fixed < 0) {  // through the origin rather than below it
+    fixed = 0;
+    slope = mc_ / mm_;
+  }
+  return absl::Seconds(fixed + slope * static_cast<double>(std::max<int64_t>(rows, 0)));
+}
+
 absl::Time DeviceLoad::Started(absl::Time now, absl::Duration cost) {
   ++in_flight_;
   in_flight_cost_ += cost;
@@ -95,8 +128,7 @@ AdaptivePolicy::AdaptivePolicy(int64_t max_batch_size,
                                const std::vector<BatchCostPoint>& seed)
     : max_batch_size_(max_batch_size),
       allowed_(std::move(allowed_batch_sizes)),
-      costs_(max_batch_size),
-      occupancy_(max_batch_size) {
+      costs_(max_batch_size) {
   costs_.Seed(seed);
 }
 

@@ -31,7 +31,8 @@
 //        warm-up for each warm-up size and refined from every batch's run)
 //        and the executor's whole occupancy by the batch, measured end to end
 //        for every batch (hand-off to the runner, gathering inputs, forward,
-//        scattering outputs, answering each request; see BatchCostModel).
+//        scattering outputs, answering each request) and fitted with a line
+//        across sizes (LinearCostFit).
 //        The occupancy carries the server's own per-batch overhead (a fixed
 //        part, paid once per batch, and a part per row): on a model whose
 //        forward costs microseconds it is most of the cost, and a curve of
@@ -129,6 +130,35 @@ class BatchCostModel {
   std::vector<double> cost_s_;  // by rows; < 0: not measured
 };
 
+// The executor's occupancy per batch as a line, c(m) = a + b * m (a, b >= 0),
+// fitted by least squares to every batch, a newer batch weighing more (each
+// observation's weight falls by a factor 1 - kAlpha with every later one).
+//
+// Why a line and not a figure per size (BatchCostModel): the occupancy is
+// measured under whatever else the CPU is doing, so single figures scatter
+// by 4x, and under load the batches come in a few sizes while the rule
+// asks for all of them. Per size, the table held whichever batch of that
+// size ran last: measured on the identity model at 256 clients, c(2) stood
+// at 202 us beside c(1) = 25 us (so a second row looked eight times dearer
+// than the first and batches closed at one row), and c(5) = 451 us above
+// c(32) = 427 us. Fitted to all sizes, one size seen rarely or in a stall
+// moves the line by its weight only, and the curve is monotone by
+// construction, as the occupancy is (more rows never cost less).
+class LinearCostFit {
+ public:
+  // Weight of the newest batch: the fit reflects about the last 32.
+  static constexpr double kAlpha = 1.0 / 32;
+
+  void Observe(int64_t rows, absl::Duration cost);
+  // 0 before any batch; flat (the mean) while one size only has been seen.
+  absl::Duration Cost(int64_t rows) const;
+
+ private:
+  // Weighted sums of 1, m, c, m^2 and m * c over the batches seen.
+  double w_ = 0, m_ = 0, c_ = 0, mm_ = 0, mc_ = 0;
+  int64_t largest_ = 0;  // the most rows seen in one batch
+};
+
 // When the device is expected to be free: the batches handed to it run one
 // after another, each for its estimated cost. A batch that comes back takes
 // its estimate with it, so the figure never drifts ahead of the work still
@@ -193,7 +223,7 @@ class AdaptivePolicy {
   const std::vector<int64_t> allowed_;
   ArrivalEstimator arrivals_;
   BatchCostModel costs_;      // device time per batch
-  BatchCostModel occupancy_;  // executor occupancy per batch, end to end
+  LinearCostFit occupancy_;   // executor occupancy per batch, end to end
   absl::Time device_free_at_ = absl::InfinitePast();
 };
 

@@ -500,5 +500,81 @@ TEST(BatchCostModelTest, ExtendsTheSlopeOfTheLargestSizes) {
   EXPECT_NEAR(absl::ToDoubleMilliseconds(m.Cost(2)), 2, 1e-6);
 }
 
+TEST(LinearCostFitTest, TwoSizesGiveTheLineThroughThem) {
+  LinearCostFit f;
+  EXPECT_EQ(f.Cost(4), absl::ZeroDuration());
+  f.Observe(1, 410 * kUs);
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(f.Cost(32)), 410, 1e-6);  // flat
+  f.Observe(32, 720 * kUs);
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(f.Cost(1)), 410, 1e-6);
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(f.Cost(11)), 510, 1e-6);
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(f.Cost(64)), 1040, 1e-6);
+}
+
+// The scatter the per-size table turned into a jagged curve (measured on the
+// identity model at 256 clients: c(2) 202 us beside c(1) 25 us).
+TEST(LinearCostFitTest, OneSizeSeenInAStallDoesNotBendTheCurve) {
+  LinearCostFit f;
+  for (int i = 0; i < 40; ++i) {
+    f.Observe(1, 410 * kUs);
+    f.Observe(32, 720 * kUs);
+  }
+  f.Observe(2, 4 * 410 * kUs);  // descheduled: four times what the line says
+  const double c1 = absl::ToDoubleMicroseconds(f.Cost(1));
+  const double c2 = absl::ToDoubleMicroseconds(f.Cost(2));
+  const double c3 = absl::ToDoubleMicroseconds(f.Cost(3));
+  EXPECT_LT(c2, c3);
+  EXPECT_LT(c2, 1.1 * c1) << "c(1) " << c1 << " us, c(2) " << c2 << " us";
+  // A lasting change is followed: every batch now twice as dear.
+  for (int i = 0; i < 100; ++i) {
+    f.Observe(1, 820 * kUs);
+    f.Observe(32, 1440 * kUs);
+  }
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(f.Cost(1)), 820, 20);
+  EXPECT_NEAR(absl::ToDoubleMicroseconds(f.Cost(32)), 1440, 20);
+}
+
+TEST(LinearCostFitTest, ALargerBatchThanAnySeenIsTakenAsMeasured) {
+  LinearCostFit f;
+  for (int i = 0; i < 10; ++i) f.Observe(1, 20 * kUs);
+  // The first batch of 256 rows: 30 ms, not 4x the flat line's 20 us.
+  f.Observe(256, absl::Milliseconds(30));
+  EXPECT_GT(f.Cost(256), absl::Milliseconds(25));
+  // Within the sizes seen, a stall is still bounded.
+  f.Observe(2, absl::Seconds(1));
+  EXPECT_LT(f.Cost(2), absl::Milliseconds(1));
+}
+
+TEST(LinearCostFitTest, NeverBelowZeroNorFallingWithRows) {
+  LinearCostFit f;
+  // Measured dearer at 1 row than at 8: no falling line, and a line through
+  // the origin when the fit would cut below it.
+  for (int i = 0; i < 10; ++i) {
+    f.Observe(1, 300 * kUs);
+    f.Observe(8, 200 * kUs);
+  }
+  EXPECT_LE(f.Cost(1), f.Cost(8));
+  for (int i = 0; i < 200; ++i) {
+    f.Observe(10, 10 * kUs);
+    f.Observe(20, 200 * kUs);
+  }
+  EXPECT_GE(f.Cost(1), absl::ZeroDuration());
+  EXPECT_LT(f.Cost(10), f.Cost(20));
+}
+
+// The decision the jagged table got wrong: on the fast model (400 us a
+// batch + 10 us a row) with a request every 20 us, a lone row should wait
+// for the next. One batch of 2 rows stalled to 4x must not make the second
+// row look dear enough to send the first alone.
+TEST(AdaptivePolicyTest, AStalledBatchOfOneSizeDoesNotCloseBatchesAtThatSize) {
+  BatchQueue q(FastModel());
+  for (int i = 0; i < 40; ++i) ObserveFastModelOccupancy(q);
+  q.ObserveOccupancy(2, 4 * 420 * kUs);
+  const absl::Time last = Prime(q, kT0, 20 * kUs, 50);
+  Admit(q, last + 20 * kUs);
+  auto r = q.Poll(last + 20 * kUs, false);
+  EXPECT_FALSE(r.batch.has_value()) << "closed at " << r.batch->rows << " row(s)";
+}
+
 }  // namespace
 }  // namespace metalserve
