@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace metalserve::client {
 namespace {
@@ -95,7 +96,8 @@ TEST(RequestBuilderTest, RandomFloat16IsFiniteAndSeeded) {
 }
 
 TEST(RequestBuilderTest, FileInputOfOneRowIsRepeatedPerRow) {
-  const std::string path = ::testing::TempDir() + "/client_util_test_row.bin";
+  const ::metalserve::testing::TempDir dir("client_util_test_");
+  const std::string path = dir.File("row.bin");
   {
     std::ofstream out(path, std::ios::binary);
     out << "ABCDEFGH";  // one row of 2 float32

@@ -24,6 +24,7 @@
 #include "grpcpp/support/channel_arguments.h"
 #include "gtest/gtest.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/testing/temp_dir.h"
 
 namespace metalserve {
 namespace {
@@ -120,16 +121,7 @@ class Health final : public grpc::health::v1::Health::CallbackService {
 
 class UnixSocketBuffersTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/metalserve-sockbuf-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/s.sock";
-  }
-  void TearDown() override {
-    unlink(path_.c_str());
-    rmdir(dir_.c_str());
-  }
+  void SetUp() override { ASSERT_FALSE(dir_.path().empty()); }
 
   // Starts a server on `address` (with the option when `on`), checks health
   // once over a channel (with the mutator when `on`) and keeps both open.
@@ -152,7 +144,8 @@ class UnixSocketBuffersTest : public ::testing::Test {
     ASSERT_TRUE(stub->Check(&ctx, request, &response).ok());
   }
 
-  std::string dir_, path_;
+  metalserve::testing::TempDir dir_{"metalserve-sockbuf-"};
+  const std::string path_ = dir_.File("s.sock");
   Health health_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -25,6 +25,7 @@
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
 #include "tests/testing/fake_runner_server.h"
+#include "tests/testing/temp_dir.h"
 
 namespace metalserve {
 namespace {
@@ -46,19 +47,17 @@ std::string ReadAll(const std::string& path) {
 class Pki {
  public:
   static const Pki& Get() {
-    static const Pki* pki = new Pki();
-    return *pki;
+    static const Pki pki;  // its folder is removed at exit
+    return pki;
   }
   bool ok() const { return ok_; }
   const std::string& log() const { return log_; }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string path(const std::string& name) const { return dir_.File(name); }
   std::string pem(const std::string& name) const { return ReadAll(path(name)); }
 
  private:
   Pki() {
-    dir_ = ::testing::TempDir() + "metalserve_pki_" + std::to_string(getpid());
-    std::filesystem::create_directories(dir_);
-    const std::string d = dir_;
+    const std::string d = dir_.path();
     const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     std::vector<std::string> cmds = {
         absl::StrCat("openssl req -x509 ", key, " -keyout ", d, "/ca.key -out ", d,
@@ -94,7 +93,7 @@ class Pki {
       }
     }
   }
-  std::string dir_;
+  ::metalserve::testing::TempDir dir_{"metalserve_pki_"};
   bool ok_ = false;
   std::string log_;
 };

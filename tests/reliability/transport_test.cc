@@ -31,6 +31,7 @@
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
 #include "tests/testing/fake_runner_server.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/metric_sample.h"
 
 namespace metalserve {
@@ -89,16 +90,14 @@ class TransportTest : public NativeFakeServerTest {
 class TlsFiles {
  public:
   static const TlsFiles& Get() {
-    static const TlsFiles* files = new TlsFiles();
-    return *files;
+    static const TlsFiles files;  // its folder is removed at exit
+    return files;
   }
   bool ok() const { return ok_; }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string path(const std::string& name) const { return dir_.File(name); }
 
  private:
   TlsFiles() {
-    dir_ = ::testing::TempDir() + "metalserve_transport_" + std::to_string(getpid());
-    std::filesystem::create_directories(dir_);
     std::ofstream(path("garbage.pem")) << "this is not a certificate\n";
     ok_ = true;
     for (const char* n : {"a", "b"}) {
@@ -109,7 +108,7 @@ class TlsFiles {
       ok_ = ok_ && std::system(cmd.c_str()) == 0;
     }
   }
-  std::string dir_;
+  ::metalserve::testing::TempDir dir_{"metalserve_transport_"};
   bool ok_ = false;
 };
 

@@ -27,6 +27,7 @@
 #include "server/service/server.h"
 #include "tests/testing/fake_runner.h"
 #include "tests/testing/fake_runner_server.h"
+#include "tests/testing/temp_dir.h"
 
 namespace metalserve {
 namespace {
@@ -36,6 +37,7 @@ using ::metalserve::testing::LoopbackServerOptions;
 using ::metalserve::testing::MakeRequest;
 using ::metalserve::testing::MetricsWithoutListener;
 using ::metalserve::testing::NativeFakeServerTest;
+using ::metalserve::testing::TempDir;
 using ::testing::HasSubstr;
 
 bool Exists(const std::string& path) {
@@ -57,16 +59,7 @@ void MakeStaleSocket(const std::string& path) {
 
 class TransportUnixSocketTest : public NativeFakeServerTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/metalserve-uds-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    socket_ = dir_ + "/m.sock";
-  }
-  void TearDown() override {
-    NativeFakeServerTest::TearDown();
-    std::filesystem::remove_all(dir_);
-  }
+  void SetUp() override { ASSERT_FALSE(dir_.path().empty()); }
   std::string SocketAddress() const { return "unix://" + socket_; }
   // One Predict through a fresh channel to `target`.
   grpc::Status CallVia(const std::string& target, const v1::PredictRequest& req,
@@ -78,8 +71,8 @@ class TransportUnixSocketTest : public NativeFakeServerTest {
     return stub->Predict(&ctx, req, resp);
   }
 
-  std::string dir_;
-  std::string socket_;
+  TempDir dir_{"metalserve-uds-"};
+  const std::string socket_ = dir_.File("m.sock");
 };
 
 TEST_F(TransportUnixSocketTest, ServesTcpAndUnixSocketAndRemovesSocketOnShutdown) {

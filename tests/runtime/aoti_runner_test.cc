@@ -25,6 +25,7 @@
 #include "server/runtime/aoti_package.h"
 #include "server/runtime/torch_runner.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace metalserve {
 namespace {
@@ -39,20 +40,15 @@ using torch_internal::CompiledPackage;
 class PackageDir {
  public:
   explicit PackageDir(bool with_torchscript) {
-    dir_ = fs::temp_directory_path() /
-           absl::StrCat("aoti_runner_test_", ::getpid(), "_", counter_++);
-    fs::create_directories(dir_);
     const std::string models = METALSERVE_MODELS_DIR;
-    fs::copy_file(models + "/tiny_cnn.json", dir_ / "tiny_cnn.json");
-    if (with_torchscript) fs::copy_file(models + "/tiny_cnn.pt", dir_ / "tiny_cnn.pt");
-    std::ofstream(dir_ / "tiny_cnn.cpu.pt2") << "placeholder";
+    fs::copy_file(models + "/tiny_cnn.json", dir_.File("tiny_cnn.json"));
+    if (with_torchscript) fs::copy_file(models + "/tiny_cnn.pt", dir_.File("tiny_cnn.pt"));
+    std::ofstream(dir_.File("tiny_cnn.cpu.pt2")) << "placeholder";
   }
-  ~PackageDir() { fs::remove_all(dir_); }
-  std::string package() const { return (dir_ / "tiny_cnn.cpu.pt2").string(); }
+  std::string package() const { return dir_.File("tiny_cnn.cpu.pt2"); }
 
  private:
-  static inline std::atomic<int> counter_{0};
-  fs::path dir_;
+  testing::TempDir dir_{"aoti_runner_test_"};
 };
 
 struct FakePackage {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "server/model_config/model_config.h"
 #include "server/runtime/torch_runner.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace metalserve {
 namespace {
@@ -56,24 +58,11 @@ class WarningSink final : public google::LogSink {
   std::vector<std::string> lines_;
 };
 
-// Temporary folders, removed when the test binary's tests end.
-class TempDirs final : public ::testing::Environment {
- public:
-  static std::vector<std::string>& All() {
-    static std::vector<std::string> dirs;
-    return dirs;
-  }
-  void TearDown() override {
-    for (const std::string& d : All()) fs::remove_all(d);
-  }
-};
-const auto* const kTempDirs = ::testing::AddGlobalTestEnvironment(new TempDirs);
-
+// A fresh folder, removed when the test binary exits.
 std::string TempDir() {
-  std::string tmpl = (fs::temp_directory_path() / "verification_cache_XXXXXX").string();
-  const std::string dir = mkdtemp(tmpl.data());
-  TempDirs::All().push_back(dir);
-  return dir;
+  static std::vector<std::unique_ptr<testing::TempDir>> dirs;
+  dirs.push_back(std::make_unique<testing::TempDir>("verification_cache_"));
+  return dirs.back()->path();
 }
 
 void Write(const std::string& path, const std::string& text) {

@@ -20,6 +20,7 @@
 #include "tests/testing/fake_runner.h"
 #include "tests/testing/fake_runner_server.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace metalserve {
 namespace {
@@ -116,8 +117,8 @@ TEST(AccessLogTest, DropsAndCountsLinesWhenTheQueueIsFullWithoutBlocking) {
 }
 
 TEST(AccessLogTest, AppendsToAFileAndFlushesBeforeTheDestructorReturns) {
-  const std::string path = ::testing::TempDir() + "/access_log_test.log";
-  std::remove(path.c_str());
+  const ::metalserve::testing::TempDir dir("access_log_test_");
+  const std::string path = dir.File("access.log");
   {
     auto log = AccessLog::Create({.path = path});
     ASSERT_TRUE(log.ok()) << log.status();
