@@ -53,11 +53,13 @@ ABSL_FLAG(int64_t, max_request_rows, 0,
           "Most rows one request may have; one of more than --max_batch_size rows is "
           "split into batches and reassembled. 0 = --max_queue_size");
 ABSL_FLAG(absl::Duration, inline_max_cost, absl::Microseconds(100),
-          "An unbatched model's call (--max_batch_size=1) runs on the gRPC thread that "
-          "received it, without the hand-off to the batcher's executor, when nothing of the "
-          "model is queued or running, its device is idle, and a call's measured cost (device "
-          "time or executor occupancy, the larger; needs --batching=adaptive) is at most "
-          "this; 0 = never. Longer work stays off gRPC's threads (server/batcher/batcher.h)");
+          "An unbatched model's call (--max_batch_size=1), or a batched model's lone "
+          "one-row call that --batching=adaptive sends at once (nothing else expected soon), "
+          "runs on the gRPC thread that received it, without the hand-off to the batcher's "
+          "executor, when nothing of the model is queued or running, its device is idle, and "
+          "a call's measured cost (device time or executor occupancy, the larger; needs "
+          "--batching=adaptive) is at most this; 0 = never. Longer work stays off gRPC's "
+          "threads (server/batcher/batcher.h)");
 ABSL_FLAG(std::string, device_scheduling, "fair",
           "Order of the batches of several models on one device thread: fair (each "
           "backlogged model version gets an equal share of measured device time; a model's "

@@ -249,7 +249,8 @@ struct BatcherOptions {
   // max_queue_size.
   int64_t max_request_rows = 0;
   // Unbatched calls on the submitting thread (Batcher::Submit): with
-  // max_batch_size 1, a call submitted while nothing of this model is queued
+  // max_batch_size 1 (or a batched model under kAdaptive, for a one-row call
+  // its Poll closes at once), a call submitted while nothing of this model is queued
   // or running, and its device idle (Batcher's device_idle probe), runs on
   // the thread that submits it (gRPC's, for a gRPC call) instead of being
   // handed to an executor, when its estimated cost (EstimatedCost(1): the

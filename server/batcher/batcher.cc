@@ -60,10 +60,15 @@ Batcher::~Batcher() { Shutdown(); }
 
 absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
   // The device probe is asked before the lock (it takes the device's own);
-  // a device that turns busy meanwhile costs this call one wait.
-  const bool may_run_here = options_.inline_max_cost > absl::ZeroDuration() &&
-                            options_.max_batch_size == 1 && *task != nullptr &&
-                            (*task)->may_run_on_submitter() && device_idle_ != nullptr;
+  // a device that turns busy meanwhile costs this call one wait. Batched
+  // models under the adaptive policy too: their Poll closes a lone row at
+  // once when nothing else is expected soon, and leaves it queued for an
+  // executor otherwise.
+  const bool unbatched = options_.max_batch_size == 1;
+  const bool may_run_here =
+      options_.inline_max_cost > absl::ZeroDuration() &&
+      (unbatched || options_.policy == BatchingPolicy::kAdaptive) && *task != nullptr &&
+      (*task)->may_run_on_submitter() && device_idle_ != nullptr;
   const bool inline_candidate = may_run_here && device_idle_();
   {
     absl::MutexLock l(&mu_);
@@ -74,13 +79,16 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
     const absl::Time now = clock_->TimeNow();
     RETURN_IF_ERROR(queue_.Admit(task, now));
     queued_rows_.store(queue_.queued_rows(), std::memory_order_relaxed);
-    if (inline_candidate && was_empty && MayRunOnSubmitter()) {
+    if (inline_candidate && was_empty && MayRunOnSubmitter() &&
+        (unbatched || QuietForALoneRow(now))) {
       ++submitters_running_;
       RunOnSubmitter(now);
       // Calls that arrived meanwhile, while they stay cheap, the device
-      // idle and this thread's time here within the hold bound.
+      // idle and this thread's time here within the hold bound. Unbatched
+      // only: a batched model's calls that arrived meanwhile are a batch
+      // for an executor to form (woken below), not rows to run one by one.
       const absl::Time hold_until = now + kSubmitterHold * options_.inline_max_cost;
-      for (int n = 0; n < kMaxFollowOns && MayFollowOn() &&
+      for (int n = 0; unbatched && n < kMaxFollowOns && MayFollowOn() &&
                       clock_->TimeNow() + queue_.EstimatedCost(1) <= hold_until;
            ++n) {
         mu_.Unlock();
@@ -97,7 +105,9 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
     // A call that arrives while another runs on its submitter is that
     // submitter's to take when it is done (see kSubmitterHold): no executor
     // is woken for it. The submitter wakes one if it does not take it.
-    if (!(may_run_here && submitters_running_ > 0 && CheapEnoughToRunHere())) ++generation_;
+    if (!(may_run_here && unbatched && submitters_running_ > 0 && CheapEnoughToRunHere())) {
+      ++generation_;
+    }
   }
   ReportDepth();
   return absl::OkStatus();
@@ -105,6 +115,12 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
 
 bool Batcher::MayRunOnSubmitter() const {
   return queue_.queued_rows() == 1 && batches_in_processor_ == 0 && CheapEnoughToRunHere();
+}
+
+bool Batcher::QuietForALoneRow(absl::Time now) const {
+  const AdaptivePolicy* policy = queue_.adaptive();
+  return policy != nullptr && recent_batch_rows_ < kLoneRowMaxRecentRows &&
+         policy->arrivals().ExpectedGap(now) >= kLoneRowQuietRuns * queue_.EstimatedCost(1);
 }
 
 bool Batcher::MayFollowOn() const {
@@ -170,6 +186,7 @@ void Batcher::RunPolled(BatchQueue::PollResult r, absl::Time now, bool wake_exec
   if (ran) {
     ++batches_in_processor_;
     queue_.AddRowsInFlight(rows);
+    recent_batch_rows_ += (static_cast<double>(rows) - recent_batch_rows_) / 8;
   }
   mu_.Unlock();
   ReportDepth();  // every removal: batch, expiry, cancellation, drain

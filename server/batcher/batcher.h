@@ -41,6 +41,16 @@
 //    cheap, the device idle and the thread's time in Submit plus the next
 //    call's estimated cost within kSubmitterHold x inline_max_cost; what is
 //    left then wakes an executor.
+//  * A batched model's lone call on its submitter: under the adaptive
+//    policy the same holds for a one-row call when the arrivals are sparse
+//    (the next expected no sooner than kLoneRowQuietRuns of its runs away)
+//    and that Poll closes it at once (kNoGain: nothing else expected soon);
+//    no follow-ons (what arrives meanwhile is a batch for an executor). When
+//    the policy would rather wait for more rows, the call stays queued and
+//    an executor is woken as for any call. Why: a batched server answered
+//    one client 4-8 % slower than the unbatched one (identity, p50
+//    0.255-0.280 against 0.247-0.259 ms; README, policies pinned): the
+//    thread hand-off.
 //  * Executors are woken only for work: a new task, a stop, or a batch coming
 //    back while tasks wait (an executor held back by the in-flight limit may
 //    go). A batch that comes back to an empty queue wakes nobody.
@@ -112,6 +122,21 @@ class Batcher {
   // And never more than this many follow-ons: a backstop for a bound that
   // does not end (--inline_max_cost=inf) or a wall clock stepped back.
   static constexpr int kMaxFollowOns = 64;
+  // A batched model's lone call runs on its submitter only while the next
+  // call is expected no sooner than this many of its runs away (the arrival
+  // estimate's gap against EstimatedCost(1)): at light load. Without it the
+  // rule's own "close at once" let it run there under load too, and each
+  // cheap inline run kept the next one cheap: identity at 64 and 256
+  // clients fell to batches of 1.3-1.6 rows and 70-78 % of the throughput
+  // (best rounds 30,394 / 30,700 req/s against 33,032 / 39,308).
+  static constexpr int kLoneRowQuietRuns = 4;
+  // ... and only while the recent batches held one row each (their running
+  // mean, weight 1/8 for the newest, below this): under load arrivals come
+  // in bursts, so the mean gap alone read the lull between two bursts as
+  // light load, and at 256 clients 44 % of the batches (the first call
+  // after each lull) ran on gRPC's thread. Light load is both: calls far
+  // apart and nothing joining them.
+  static constexpr double kLoneRowMaxRecentRows = 1.5;
 
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(
       BatcherOptions options, Clock* clock, ProcessFn process,
@@ -152,6 +177,9 @@ class Batcher {
   // Whether a task just admitted (the queue's only one) may run on its
   // submitter now; see inline_max_cost.
   bool MayRunOnSubmitter() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the load is light enough for a batched model's lone call to run
+  // on its submitter (kLoneRowQuietRuns, kLoneRowMaxRecentRows).
+  bool QuietForALoneRow(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a submitter done with its call may take a queued one (above).
   bool MayFollowOn() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The measured cost of a one-row call is known and at most inline_max_cost.
@@ -186,6 +214,8 @@ class Batcher {
   std::atomic<int64_t> ran_on_submitters_{0};
   // Batches the processor returned (their occupancy measured).
   int64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
+  // Running mean of the rows of the batches run (kLoneRowMaxRecentRows).
+  double recent_batch_rows_ ABSL_GUARDED_BY(mu_) = 1.0;
   // Serialises on_depth_ calls, each of which reads queued_rows_ under it:
   // whichever call comes last reports the latest depth.
   absl::Mutex depth_mu_;

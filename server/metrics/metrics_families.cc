@@ -147,7 +147,8 @@ BatchFamilies::BatchFamilies(prometheus::Registry& registry)
                    .Register(registry)),
       inline_batches(prometheus::BuildCounter()
                          .Name("metalserve_batches_inline_total")
-                         .Help("Batches of an unbatched model run on the gRPC thread that "
+                         .Help("Batches of an unbatched model, or lone one-row batches the "
+                               "adaptive policy sent at once, run on the gRPC thread that "
                                "received the call instead of a batcher executor "
                                "(--inline_max_cost), by model version; also counted in "
                                "metalserve_batches_total.")

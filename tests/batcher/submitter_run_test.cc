@@ -1,4 +1,5 @@
-// Unbatched calls run on the submitting thread (BatcherOptions::
+// Unbatched calls, and lone calls of a batched model that the adaptive
+// policy closes at once, run on the submitting thread (BatcherOptions::
 // inline_max_cost): when they do, and every case in which the call is handed
 // to an executor instead. Simulated clock: a batch's occupancy is the time
 // the processor advances it by.
@@ -209,9 +210,11 @@ TEST_F(WarmSubmitterRunTest, ABusyDeviceATaskThatDeclinesOrAnOffSwitchHandsTheCa
   // The same conditions otherwise: it runs here.
   EXPECT_TRUE(SubmitOne(*batcher, proc).ran_here);
 
-  // Off (0), or a batched model: never, whatever was measured.
+  // Off (0), or a batched model under the fixed policy: never, whatever was
+  // measured.
   for (BatcherOptions o : {Unbatched(absl::ZeroDuration()), Unbatched(absl::Microseconds(100))}) {
     if (o.inline_max_cost > absl::ZeroDuration()) {
+      o.policy = BatchingPolicy::kFixed;
       o.max_batch_size = 4;
       o.max_queue_delay = absl::ZeroDuration();
       o.batch_costs = {{4, absl::Microseconds(20)}};
@@ -227,6 +230,71 @@ TEST_F(WarmSubmitterRunTest, ABusyDeviceATaskThatDeclinesOrAnOffSwitchHandsTheCa
     }
     EXPECT_EQ(b2->ran_on_submitters(), 0);
   }
+}
+
+// A batched model (max 4 rows) under the adaptive policy, with the
+// device time of a batch of 1 and of 4 rows.
+BatcherOptions BatchedAdaptive(absl::Duration device_cost_1, absl::Duration device_cost_4) {
+  BatcherOptions o = Unbatched(absl::Microseconds(100));
+  o.max_batch_size = 4;
+  o.batch_costs = {{1, device_cost_1}, {4, device_cost_4}};
+  return o;
+}
+
+TEST(SubmitterRunTest, ALoneCallOfABatchedModelRunsHereOnlyAtLightLoad) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  auto batcher = MakeBatcher(
+      BatchedAdaptive(absl::Microseconds(20), absl::Microseconds(25)), clock, proc);
+  // Dense: the warm-up's calls come one run (30 us) apart. The rule would
+  // close a lone row at once, but the next call is expected within four
+  // runs: the executor takes it (the batches of load, not gRPC's thread).
+  Warm(*batcher, proc, clock);
+  Call dense = SubmitOne(*batcher, proc);
+  dense.outcome->answered.WaitForNotification();
+  clock.BlockUntilWaiters(1);
+  EXPECT_FALSE(dense.ran_here);
+  EXPECT_EQ(batcher->ran_on_submitters(), 0);
+
+  // One client whose calls come 400 us apart (its round trip): once the
+  // arrival estimate has followed, each runs on its submitter.
+  for (int i = 0; i < 30; ++i) {
+    clock.AdvanceTime(absl::Microseconds(400));
+    Call c = SubmitOne(*batcher, proc);
+    if (!c.ran_here) {
+      c.outcome->answered.WaitForNotification();
+      clock.BlockUntilWaiters(1);
+    }
+    if (i < 20) continue;
+    EXPECT_TRUE(c.ran_here) << i;
+    EXPECT_TRUE(c.answered_in_submit) << i;
+    EXPECT_TRUE(proc.Marked(c.outcome.get())) << i;
+  }
+  EXPECT_GE(batcher->ran_on_submitters(), 10);
+}
+
+TEST(SubmitterRunTest, ALoneCallAfterALullBetweenFullBatchesGoesToTheExecutor) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  auto batcher = MakeBatcher(
+      BatchedAdaptive(absl::Microseconds(20), absl::Microseconds(25)), clock, proc);
+  // Load in bursts: 4 calls at one instant (a full batch), then 1 ms of
+  // nothing, again and again. The mean gap (~250 us) is far above four runs
+  // of a row, but every batch is full.
+  for (int g = 0; g < 12; ++g) {
+    std::vector<Call> calls;
+    for (int i = 0; i < 4; ++i) calls.push_back(SubmitOne(*batcher, proc, "k", /*allow=*/false));
+    for (Call& c : calls) c.outcome->answered.WaitForNotification();
+    clock.BlockUntilWaiters(1);
+    clock.AdvanceTime(absl::Milliseconds(1));
+  }
+  // The first call after the lull (its own gap 1 ms, the mean ~340 us, four
+  // runs of a row ~120 us): the arrivals alone look light, the batches do
+  // not. The executor's.
+  Call c = SubmitOne(*batcher, proc);
+  c.outcome->answered.WaitForNotification();
+  EXPECT_FALSE(c.ran_here);
+  EXPECT_EQ(batcher->ran_on_submitters(), 0);
 }
 
 TEST_F(WarmSubmitterRunTest, ACallArrivingWhileABatchRunsWaitsForTheExecutor) {
