@@ -118,9 +118,9 @@ struct Call {
 // Submits one task that may run on its submitter (unless `allow` is false)
 // and notes whether it was answered before Submit returned.
 Call SubmitOne(Batcher& b, ThreadRecordingProcessor& proc, absl::string_view key = "k",
-              bool allow = true) {
+              bool allow = true, int64_t rows = 1) {
   Call c;
-  auto task = std::make_unique<FakeTask>(1, std::string(key), c.outcome);
+  auto task = std::make_unique<FakeTask>(rows, std::string(key), c.outcome);
   task->set_may_run_on_submitter(allow);
   std::unique_ptr<BatchTask> owned = std::move(task);
   EXPECT_THAT(b.Submit(&owned), IsOk());
@@ -278,19 +278,17 @@ TEST(SubmitterRunTest, ALoneCallAfterALullBetweenFullBatchesGoesToTheExecutor) {
   ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
   auto batcher = MakeBatcher(
       BatchedAdaptive(absl::Microseconds(20), absl::Microseconds(25)), clock, proc);
-  // Load in bursts: 4 calls at one instant (a full batch), then 1 ms of
-  // nothing, again and again. The mean gap (~250 us) is far above four runs
-  // of a row, but every batch is full.
+  // Load in bursts, each a full batch (a request of 4 rows, max_batch_size),
+  // then 1 ms of nothing, again and again: calls far apart (~1 ms, far
+  // above four runs of a row, ~120 us), but every batch full.
   for (int g = 0; g < 12; ++g) {
-    std::vector<Call> calls;
-    for (int i = 0; i < 4; ++i) calls.push_back(SubmitOne(*batcher, proc, "k", /*allow=*/false));
-    for (Call& c : calls) c.outcome->answered.WaitForNotification();
+    Call burst = SubmitOne(*batcher, proc, "k", /*allow=*/false, /*rows=*/4);
+    burst.outcome->answered.WaitForNotification();
     clock.BlockUntilWaiters(1);
     clock.AdvanceTime(absl::Milliseconds(1));
   }
-  // The first call after the lull (its own gap 1 ms, the mean ~340 us, four
-  // runs of a row ~120 us): the arrivals alone look light, the batches do
-  // not. The executor's.
+  // The first call after the lull: the arrivals alone look light, the
+  // batches do not. The executor's.
   Call c = SubmitOne(*batcher, proc);
   c.outcome->answered.WaitForNotification();
   EXPECT_FALSE(c.ran_here);
