@@ -628,6 +628,11 @@ TEST(LoadGeneratorTest, StopEndsRunAndRefusesTheNext) {
     stopped.Notify();
   });
   ASSERT_TRUE(rig.server->AwaitReceived(2));
+  // Both waiting at the current time: the fake server's timer for the two
+  // answers and the run for its first progress. Moved any earlier, the
+  // run's first deadline would be taken after the move, a second late (a
+  // loaded CI machine: the progress never came and the safety timeout hit).
+  rig.clock.BlockUntilWaiters(2);
   rig.clock.AdvanceTime(absl::Seconds(1));
   ASSERT_TRUE(stopped.WaitForNotificationWithTimeout(kSafetyTimeout));
   rig.clock.AdvanceTime(absl::Milliseconds(500));
