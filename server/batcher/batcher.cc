@@ -61,14 +61,14 @@ Batcher::~Batcher() { Shutdown(); }
 absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
   // The device probe is asked before the lock (it takes the device's own);
   // a device that turns busy meanwhile costs this call one wait. Batched
-  // models under the adaptive policy too: their Poll closes a lone row at
-  // once when nothing else is expected soon, and leaves it queued for an
-  // executor otherwise.
+  // models under the adaptive policy too, at light load (QuietForALoneRow;
+  // its batch half read here first, so that load skips the probe).
   const bool unbatched = options_.max_batch_size == 1;
   const bool may_run_here =
       options_.inline_max_cost > absl::ZeroDuration() &&
-      (unbatched || options_.policy == BatchingPolicy::kAdaptive) && *task != nullptr &&
-      (*task)->may_run_on_submitter() && device_idle_ != nullptr;
+      (unbatched || (options_.policy == BatchingPolicy::kAdaptive &&
+                     recent_batches_single_.load(std::memory_order_relaxed))) &&
+      *task != nullptr && (*task)->may_run_on_submitter() && device_idle_ != nullptr;
   const bool inline_candidate = may_run_here && device_idle_();
   {
     absl::MutexLock l(&mu_);
@@ -187,6 +187,8 @@ void Batcher::RunPolled(BatchQueue::PollResult r, absl::Time now, bool wake_exec
     ++batches_in_processor_;
     queue_.AddRowsInFlight(rows);
     recent_batch_rows_ += (static_cast<double>(rows) - recent_batch_rows_) / 8;
+    recent_batches_single_.store(recent_batch_rows_ < kLoneRowMaxRecentRows,
+                                 std::memory_order_relaxed);
   }
   mu_.Unlock();
   ReportDepth();  // every removal: batch, expiry, cancellation, drain

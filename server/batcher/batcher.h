@@ -216,6 +216,10 @@ class Batcher {
   int64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
   // Running mean of the rows of the batches run (kLoneRowMaxRecentRows).
   double recent_batch_rows_ ABSL_GUARDED_BY(mu_) = 1.0;
+  // recent_batch_rows_ < kLoneRowMaxRecentRows, read before the lock: under
+  // load a batched model's Submit skips the device probe (the device
+  // thread's mutex) for a call that could not run on its submitter anyway.
+  std::atomic<bool> recent_batches_single_{true};
   // Serialises on_depth_ calls, each of which reads queued_rows_ under it:
   // whichever call comes last reports the latest depth.
   absl::Mutex depth_mu_;
