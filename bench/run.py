@@ -74,9 +74,14 @@ def pin(cpus):
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def run(cmd, cpus=None, **kw):
+def echo(cmd, cpus=None):
+    """Prints the command line as a shell would run it (pinned: with taskset)."""
     print("+ " + ("taskset -c " + ",".join(map(str, cpus)) + " " if cpus else "")
           + " ".join(cmd), file=sys.stderr, flush=True)
+
+
+def run(cmd, cpus=None, **kw):
+    echo(cmd, cpus)
     return subprocess.run(cmd, check=True, text=True, capture_output=True,
                           preexec_fn=pin(cpus), **kw).stdout
 
@@ -120,8 +125,7 @@ class Server:
         if allowed:
             cmd.append(f"--allowed_batch_sizes={allowed}")
         cpus = getattr(a, "server_cpu_list", None)
-        print("+ " + ("taskset -c " + ",".join(map(str, cpus)) + " " if cpus else "")
-              + " ".join(cmd), file=sys.stderr, flush=True)
+        echo(cmd, cpus)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      preexec_fn=pin(cpus))
         self.target = f"127.0.0.1:{self.port}"
