@@ -276,6 +276,20 @@ def warned(summary, key):
     return f"   WARNING: {'; '.join(w)}" if w else ""
 
 
+def transport_args(a, concurrency):
+    """bench/transport.py's options for this run: its own defaults (so that
+    every option its payload_rows reads is there), then this run's build,
+    model, load and server flags, unbatched."""
+    import transport  # bench/transport.py
+    t = transport.parser().parse_args([])
+    t.build, t.servers, t.model, t.concurrency = a.build, "echo,null,model", a.model_path, concurrency
+    t.duration, t.input, t.max_batch_size = a.duration, a.input, 1
+    t.max_queue_delay, t.threads = a.max_queue_delay, a.threads
+    t.server_args = [f"--device={a.device}", f"--precision={a.precision}",
+                     f"--optimize={a.optimize}"] + (["--channels_last"] if a.channels_last else [])
+    return t
+
+
 def transport_floor(a):
     """bench/transport.py's rows for this model's payload: the echo floor, the
     null runner and the model, over TCP and a Unix socket, at the sweep's
@@ -285,13 +299,7 @@ def transport_floor(a):
     against; see floor_overhead)."""
     import transport  # bench/transport.py
     top = max(a.sweep_levels)
-    t = argparse.Namespace(
-        build=a.build, metalserve="", servers="echo,null,model", model=a.model_path,
-        concurrency=top, duration=a.duration, input=a.input,
-        max_batch_size=1, max_queue_delay=a.max_queue_delay, threads=a.threads,
-        bench_args=[], server_env=[],
-        server_args=[f"--device={a.device}", f"--precision={a.precision}",
-                     f"--optimize={a.optimize}"] + (["--channels_last"] if a.channels_last else []))
+    t = transport_args(a, top)
     sig = os.path.splitext(a.model_path)[0] + ".json"
     rows = transport.payload_rows(t, sig, a.workdir)
     for r in rows:

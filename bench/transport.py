@@ -205,7 +205,10 @@ def summary(rows):
                   f"{r['requests_per_s'] / max(1e-9, f['requests_per_s']):.2f}x its throughput")
 
 
-def main():
+def parser():
+    """The command line's parser; bench/run.py takes its defaults from it
+    (parser().parse_args([])), so that every option payload_rows reads has a
+    value there too."""
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -240,7 +243,11 @@ def main():
                    help="set in the servers' environment only (repeatable), e.g. "
                         "METALSERVE_MUTEX_DEADLOCK_DETECTION=1")
     p.add_argument("--json", default="", help="write the rows here")
-    a = p.parse_args()
+    return p
+
+
+def main():
+    a = parser().parse_args()
     sigs = [s for s in a.payloads.split(",") if s] or [
         os.path.join(a.build, "models", n) for n in ("identity.json", "resnet18.json")]
     rows = []

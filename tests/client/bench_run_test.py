@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "bench"))
 import run  # noqa: E402  bench/run.py
 import policies  # noqa: E402  bench/policies.py
+import transport  # noqa: E402  bench/transport.py
 
 
 def level(ok, elapsed_s, concurrency=1, error_rate=0.0):
@@ -84,6 +85,25 @@ class FloorOverheadTest(unittest.TestCase):
 def point(c, rps, p50_us):
     return {"concurrency": c, "requests_per_s": rps,
             "latency_us": {"p50": p50_us, "p99": p50_us}}
+
+
+class TransportArgsTest(unittest.TestCase):
+    def test_every_transport_option_is_set_and_the_runs_own_win(self):
+        # --transport once built its own option list and missed --cq_threads
+        # (added to bench/transport.py later): payload_rows then failed on the
+        # GPU host after the whole sweep had run.
+        import argparse
+        a = argparse.Namespace(build="b", model_path="m.pt", duration=3.0, input="random",
+                               max_queue_delay="2ms", threads=8, device="cuda",
+                               precision="fp16", optimize="auto", channels_last=True)
+        t = run.transport_args(a, 64)
+        for name in vars(transport.parser().parse_args([])):
+            self.assertTrue(hasattr(t, name), name)
+        self.assertEqual((t.build, t.model, t.concurrency, t.max_batch_size, t.threads),
+                         ("b", "m.pt", 64, 1, 8))
+        self.assertEqual(t.server_args, ["--device=cuda", "--precision=fp16",
+                                         "--optimize=auto", "--channels_last"])
+        self.assertEqual(t.cq_threads, 2)
 
 
 class PoliciesTest(unittest.TestCase):
