@@ -1,8 +1,6 @@
 // metalserve: serves TorchScript models (--model, or a --model_repository) over
 // gRPC and REST behind dynamic batchers. Only this file reads flags; modules
 // take validated Options structs.
-#include <algorithm>
-#include <csignal>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -19,7 +17,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "common/flags_help.h"
 #include "common/mutex_mode.h"
@@ -36,6 +33,7 @@
 #include "server/service/access_log.h"
 #include "server/service/null_runner.h"
 #include "server/service/server.h"
+#include "server/signals.h"
 
 ABSL_FLAG(std::string, model, METALSERVE_DEFAULT_MODEL,
           "TorchScript model file; its signature is read from the .json beside it "
@@ -197,28 +195,6 @@ using metalserve::LogModel;
 using metalserve::ParseSizes;
 using metalserve::SchedulingFromFlags;
 
-// Set by the handlers, read by the main thread's polling loops (every 20 ms).
-volatile std::sig_atomic_t g_signal = 0;        // last SIGTERM/SIGINT
-volatile std::sig_atomic_t g_signal_count = 0;  // how many so far
-volatile std::sig_atomic_t g_dump = 0;          // SIGUSR1 seen
-volatile std::sig_atomic_t g_rescan = 0;        // SIGHUP seen
-void OnRescan(int) { g_rescan = 1; }
-void OnSignal(int sig) {
-  g_signal = sig;
-  g_signal_count = g_signal_count + 1;
-}
-void OnDump(int) { g_dump = 1; }
-constexpr absl::Duration kSignalPoll = absl::Milliseconds(20);
-
-// Installed before anything slow (the model load), so that SIGTERM/SIGINT
-// always lead to a clean exit 0 and SIGUSR1 never kills the process.
-void InstallSignalHandlers() {
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGUSR1, OnDump);
-  std::signal(SIGHUP, OnRescan);
-}
-
 // Loads the model on a helper thread while this one watches for signals. A
 // load cannot be interrupted: on SIGTERM/SIGINT the process writes the
 // metrics dump and exits 0 at once, leaving the load unfinished. A SIGUSR1
@@ -234,9 +210,9 @@ std::unique_ptr<metalserve::Runner> LoadModelOrExit(
                              : metalserve::CreateHybridTorchRunner(ro, devices);
     loaded.Notify();
   });
-  while (!loaded.WaitForNotificationWithTimeout(kSignalPoll)) {
-    if (g_signal != 0) {
-      LOG(INFO) << "signal " << g_signal << " during the model load: exiting "
+  while (!loaded.WaitForNotificationWithTimeout(metalserve::kSignalPoll)) {
+    if (metalserve::TerminationSignal() != 0) {
+      LOG(INFO) << "signal " << metalserve::TerminationSignal() << " during the model load: exiting "
                 << "without serving";
       DumpMetrics(metrics, dump_path);
       google::FlushLogFiles(google::GLOG_INFO);
@@ -244,8 +220,7 @@ std::unique_ptr<metalserve::Runner> LoadModelOrExit(
     }
   }
   loader.join();
-  if (g_dump != 0) {
-    g_dump = 0;
+  if (metalserve::TakeDumpRequest()) {
     LOG(INFO) << "SIGUSR1 during the model load ignored";
   }
   if (!runner.ok()) {
@@ -277,44 +252,6 @@ std::unique_ptr<metalserve::Runner> RunnerOrExit(const metalserve::RuntimeOption
   }
   LOG(WARNING) << "null runner: answering zeros with no model work (benchmarks only)";
   return *std::move(runner);
-}
-
-// Serves until SIGTERM/SIGINT, writing the metrics dump on each SIGUSR1 and
-// rescanning the repository (if any) on each SIGHUP, on its own thread.
-void ServeUntilSignal(const metalserve::Metrics& metrics, const std::string& dump_path,
-                      metalserve::Rescanner* rescanner) {
-  while (g_signal == 0) {
-    absl::SleepFor(kSignalPoll);
-    if (g_dump != 0) {
-      g_dump = 0;
-      DumpMetrics(metrics, dump_path);
-    }
-    if (g_rescan != 0) {
-      g_rescan = 0;
-      if (rescanner != nullptr) {
-        rescanner->Request();
-      } else {
-        LOG(INFO) << "SIGHUP ignored: no --model_repository to rescan";
-      }
-    }
-  }
-}
-
-// Keeps serving (health already NOT_SERVING) for `grace`, or until a second
-// SIGTERM/SIGINT, which skips the rest of it.
-void DrainGrace(absl::Duration grace) {
-  if (grace <= absl::ZeroDuration()) return;
-  LOG(INFO) << "drain grace " << absl::FormatDuration(grace)
-            << ": still serving (a second signal skips it)";
-  const int signals = g_signal_count;
-  const absl::Time end = absl::Now() + grace;
-  while (absl::Now() < end) {
-    if (g_signal_count != signals) {
-      LOG(INFO) << "second signal: skipping the rest of the drain grace";
-      return;
-    }
-    absl::SleepFor(std::min(kSignalPoll, end - absl::Now()));
-  }
 }
 
 template <typename T>
@@ -477,7 +414,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  InstallSignalHandlers();
+  metalserve::InstallSignalHandlers();
   KeepLargeBlocksInHeap();
   metalserve::LogMutexDeadlockDetection(detection_off);
   const std::string dump_path = absl::GetFlag(FLAGS_metrics_dump);
@@ -516,11 +453,19 @@ int main(int argc, char** argv) {
             << (so.http.address.empty() ? "(off)" : so.http.address) << ", metrics on "
             << (metrics->port() > 0 ? absl::StrCat("port ", metrics->port()) : "(off)");
 
-  ServeUntilSignal(*metrics, dump_path,
-                   repository != nullptr ? repository->rescanner.get() : nullptr);
-  LOG(INFO) << "signal " << g_signal << ": health NOT_SERVING, draining";
+  metalserve::Rescanner* rescanner =
+      repository != nullptr ? repository->rescanner.get() : nullptr;
+  metalserve::ServeUntilSignal([&] { DumpMetrics(*metrics, dump_path); },
+                               [rescanner] {
+                                 if (rescanner != nullptr) {
+                                   rescanner->Request();
+                                 } else {
+                                   LOG(INFO) << "SIGHUP ignored: no --model_repository to rescan";
+                                 }
+                               });
+  LOG(INFO) << "signal " << metalserve::TerminationSignal() << ": health NOT_SERVING, draining";
   server->SetServing(false);
-  DrainGrace(absl::GetFlag(FLAGS_drain_grace));
+  metalserve::DrainGrace(absl::GetFlag(FLAGS_drain_grace));
   server->Shutdown(absl::GetFlag(FLAGS_shutdown_timeout));
   DumpMetrics(*metrics, dump_path);
   LOG(INFO) << "exit";
