@@ -7,6 +7,9 @@ tiny_cnn on free 127.0.0.1 ports:
   * after SIGTERM, during --drain_grace: health NOT_SERVING for "" and
     "metalserve.v1.Inference", metalserve_ready 0, Predict still served;
   * SIGINT drains and exits 0 like SIGTERM;
+  * SIGUSR1 writes --metrics_dump while serving, each time with the
+    figures of that moment (and once more at exit); SIGHUP without a
+    repository is logged and ignored;
   * the default --drain_grace is 0: no grace period, a prompt exit;
   * the default --max_message_bytes is 64 MiB: 40 MiB reaches the service
     (INVALID_ARGUMENT from its checks, not gRPC's 4 MiB default), 65 MiB is
@@ -186,6 +189,45 @@ class Lifecycle(unittest.TestCase):
         self.server.send_signal(signal.SIGINT)
         self.wait_exit(30)
         self.assertIn(f"signal {int(signal.SIGINT)}: health NOT_SERVING", tail(self.log))
+
+    def test_sigusr1_dumps_the_metrics_and_sighup_alone_is_ignored(self):
+        import grpc
+        from metalserve.v1 import inference_pb2_grpc
+        dump = os.path.join(self.tmp, "dump.prom")
+        if os.path.exists(dump):
+            os.remove(dump)
+        port = self.start(f"--metrics_dump={dump}", metrics=False)
+
+        def requests_in_dump():
+            with open(dump) as f:
+                return sum(float(l.split()[-1]) for l in f.read().splitlines()
+                           if l.startswith("metalserve_requests_total{")
+                           and 'code="OK"' in l)
+
+        def dumped_again(before):
+            def check():
+                return os.path.exists(dump) and os.stat(dump).st_mtime_ns != before
+            return check
+
+        self.server.send_signal(signal.SIGUSR1)
+        wait_for("the first dump", dumped_again(None), time.monotonic() + 10)
+        self.assertEqual(requests_in_dump(), 0)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = inference_pb2_grpc.InferenceStub(channel)
+        for _ in range(3):
+            stub.Predict(self.predict_request(), timeout=30)
+        channel.close()
+        first = os.stat(dump).st_mtime_ns
+        self.server.send_signal(signal.SIGUSR1)
+        wait_for("a second dump", dumped_again(first), time.monotonic() + 10)
+        self.assertEqual(requests_in_dump(), 3)
+        self.server.send_signal(signal.SIGHUP)
+        wait_for("the SIGHUP log line",
+                 lambda: "SIGHUP ignored: no --model_repository" in tail(self.log, 400),
+                 time.monotonic() + 10)
+        self.assertTrue(self.server.alive(), tail(self.log))
+        self.server.send_signal(signal.SIGTERM)
+        self.wait_exit(30)
 
     def test_default_drain_grace_is_zero(self):
         self.start(metrics=False)
