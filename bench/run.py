@@ -86,12 +86,15 @@ def run(cmd, cpus=None, **kw):
                           preexec_fn=pin(cpus), **kw).stdout
 
 
-def raw_forward(a, level):
-    """Runtime throughput and batch latency per batch size."""
+def raw_forward(a, level, batches=None, gap_us=0):
+    """Runtime throughput and batch latency per batch size (of --batches, or
+    `batches`); with gap_us > 0 each forward follows that long an idle gap
+    (runtime_bench --gap_us)."""
     out = run([os.path.join(a.build, "bench/runtime/runtime_bench"),
                f"--device={a.device}", f"--threads={a.threads}", f"--models={a.model}",
-               f"--levels={level}", f"--batches={a.batches}", f"--precision={a.precision}",
-               f"--channels_last={int(a.channels_last)}",
+               f"--levels={level}", f"--batches={batches or a.batches}",
+               f"--precision={a.precision}", f"--channels_last={int(a.channels_last)}",
+               f"--gap_us={gap_us}",
                f"--benchmark_min_time={a.raw_min_time}", "--benchmark_format=json"])
     rows = {}
     for b in json.loads(out)["benchmarks"]:
@@ -381,6 +384,10 @@ def main():
     p.add_argument("--duration", type=float, default=5)
     p.add_argument("--warmup", type=float, default=1)
     p.add_argument("--raw_min_time", type=float, default=2)
+    p.add_argument("--raw_gap_us", type=int, default=0,
+                   help="also time the raw batch-1 forward after this many microseconds "
+                        "idle before each one (runtime_bench --gap_us), as a served call "
+                        "at concurrency 1 finds the device, and read the c=1 p50 over it")
     p.add_argument("--input", default="random")
     p.add_argument("--bench_args", default="", help="extra metalserve-bench flags")
     p.add_argument("--server_args", default="",
@@ -456,6 +463,7 @@ def main():
         s.stop()
     print(f"[3/4] raw forward through the runtime (level {level})", file=sys.stderr)
     raw = raw_forward(a, level)
+    raw1_gap = raw_forward(a, level, "1", a.raw_gap_us)[1] if a.raw_gap_us > 0 else None
     transport_rows = transport_floor(a) if a.transport else None
 
     best_b, best = max(raw.items(), key=lambda kv: kv[1]["items_per_s"])
@@ -476,6 +484,11 @@ def main():
         "p50_overhead_ms": serial["latency_us"]["p50"] / 1e3 - raw1_ms,
         "p99_overhead_ms": serial["latency_us"]["p99"] / 1e3 - raw1_ms,
     }
+    if raw1_gap is not None:
+        summary["raw_gap_us"] = a.raw_gap_us
+        summary["raw_batch1_after_gap_ms"] = raw1_gap["batch_ms"]
+        summary["p50_overhead_after_gap_ms"] = (serial["latency_us"]["p50"] / 1e3
+                                                - raw1_gap["batch_ms"])
     same_c = {r["concurrency"]: r for r in unbatched}
     for r in batched:
         u = same_c.get(r["concurrency"])
@@ -534,6 +547,9 @@ def print_table(r):
           f" raw {s['raw_batch1_ms']:.3f} ms")
     for q in ("p50", "p99"):
         print(f"overhead {q}: {s[q + '_overhead_ms']:.3f} ms" + warned(s, q + "_overhead_ms"))
+    if "raw_batch1_after_gap_ms" in s:
+        print(f"raw batch 1 after {s['raw_gap_us']} us idle: {s['raw_batch1_after_gap_ms']:.3f} ms;"
+              f" served p50 over it: {s['p50_overhead_after_gap_ms']:.3f} ms")
     if "c1_floor_p50_ms" in s:
         over = s["p50_overhead_over_floor_ms"]
         print(f"c=1 p50 overhead {s['p50_overhead_ms']:.3f} ms = transport floor (echo, TCP) "

@@ -7,7 +7,13 @@
 //       [--models=resnet18,mobilenet_v2,mobilenet_v3_small] [--batches=1,8]
 //       (a model named X.pt2 is the AOTInductor package build/models/X.pt2)
 //       [--levels=none,freeze,full] [--precision=fp32] [--channels_last=1]
-//       [benchmark flags, e.g. --benchmark_min_time=2]
+//       [--gap_us=0] [benchmark flags, e.g. --benchmark_min_time=2]
+//
+// --gap_us=N (N > 0) leaves the runner idle for N microseconds before each
+// timed Run, as a served call at concurrency 1 finds it (the client's round
+// trip between forwards), where the default loop runs forwards back to back
+// (a device that never idles, launches queued behind the previous forward);
+// only the Run is timed (manual time; the name ends in /manual_time).
 #include <cstring>
 #include <map>
 #include <memory>
@@ -19,6 +25,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "benchmark/benchmark.h"
 #include "server/model_config/model_config.h"
 #include "server/runtime/torch_runner.h"
@@ -34,6 +42,7 @@ struct Config {
   std::string precision = "fp32";
   bool channels_last = false;
   std::vector<std::string> levels = {"none", "freeze", "full"};
+  int64_t gap_us = 0;
 };
 
 Config& config() {
@@ -94,8 +103,12 @@ void BM_Forward(benchmark::State& state, std::string model, std::string level) {
     }
     inputs.push_back(std::move(t));
   }
+  const int64_t gap_us = config().gap_us;
   for (auto _ : state) {
+    if (gap_us > 0) absl::SleepFor(absl::Microseconds(gap_us));
+    const absl::Time start = absl::Now();
     auto out = runner->Run(inputs);
+    if (gap_us > 0) state.SetIterationTime(absl::ToDoubleSeconds(absl::Now() - start));
     if (!out.ok()) {
       state.SkipWithError(std::string(out.status().message()).c_str());
       return;
@@ -132,6 +145,8 @@ int main(int argc, char** argv) {
       config().precision = v;
     } else if (metalserve::ParseFlag(argv[i], "channels_last", &v)) {
       config().channels_last = v == "1" || v == "true";
+    } else if (metalserve::ParseFlag(argv[i], "gap_us", &v)) {
+      (void)absl::SimpleAtoi(v, &config().gap_us);
     } else if (metalserve::ParseFlag(argv[i], "levels", &v)) {
       config().levels = absl::StrSplit(v, ',', absl::SkipEmpty());
     } else if (metalserve::ParseFlag(argv[i], "batches", &v)) {
@@ -150,7 +165,12 @@ int main(int argc, char** argv) {
           absl::StrCat("Forward/", model, "/", level).c_str(),
           [model, level](benchmark::State& s) { metalserve::BM_Forward(s, model, level); });
       for (int64_t batch : config().batches) b->Arg(batch);
-      b->Unit(benchmark::kMillisecond)->UseRealTime();
+      b->Unit(benchmark::kMillisecond);
+      if (config().gap_us > 0) {
+        b->UseManualTime();
+      } else {
+        b->UseRealTime();
+      }
     }
   }
   int n = static_cast<int>(rest.size());

@@ -106,6 +106,30 @@ class TransportArgsTest(unittest.TestCase):
         self.assertEqual(t.cq_threads, 2)
 
 
+class RawForwardTest(unittest.TestCase):
+    def test_gap_run_asks_runtime_bench_for_it_and_reads_manual_time_names(self):
+        import argparse
+        import json
+        seen = []
+
+        def fake_run(cmd, cpus=None, **kw):
+            seen.append(cmd)
+            return json.dumps({"benchmarks": [{
+                "name": "Forward/m/full/1/manual_time", "real_time": 2.5,
+                "items_per_second": 400.0, "label": "active=full device=cuda"}]})
+
+        a = argparse.Namespace(build="b", device="cuda", threads=8, model="m", batches="1,64",
+                               precision="fp32", channels_last=False, raw_min_time=1)
+        saved, run.run = run.run, fake_run
+        try:
+            rows = run.raw_forward(a, "full", "1", 1000)
+        finally:
+            run.run = saved
+        self.assertEqual(rows[1]["batch_ms"], 2.5)
+        self.assertIn("--gap_us=1000", seen[0])
+        self.assertIn("--batches=1", seen[0])
+
+
 class PoliciesTest(unittest.TestCase):
     def test_spec_becomes_server_flags(self):
         got = policies.parse("unbatched,fixed:2ms,adaptive:5ms")
