@@ -212,8 +212,8 @@ std::unique_ptr<metalserve::Runner> LoadModelOrExit(
   });
   while (!loaded.WaitForNotificationWithTimeout(metalserve::kSignalPoll)) {
     if (metalserve::TerminationSignal() != 0) {
-      LOG(INFO) << "signal " << metalserve::TerminationSignal() << " during the model load: exiting "
-                << "without serving";
+      LOG(INFO) << "signal " << metalserve::TerminationSignal()
+                << " during the model load: exiting without serving";
       DumpMetrics(metrics, dump_path);
       google::FlushLogFiles(google::GLOG_INFO);
       std::_Exit(0);  // the loader thread cannot be joined before it ends
@@ -455,14 +455,14 @@ int main(int argc, char** argv) {
 
   metalserve::Rescanner* rescanner =
       repository != nullptr ? repository->rescanner.get() : nullptr;
-  metalserve::ServeUntilSignal([&] { DumpMetrics(*metrics, dump_path); },
-                               [rescanner] {
-                                 if (rescanner != nullptr) {
-                                   rescanner->Request();
-                                 } else {
-                                   LOG(INFO) << "SIGHUP ignored: no --model_repository to rescan";
-                                 }
-                               });
+  auto rescan = [rescanner] {
+    if (rescanner == nullptr) {
+      LOG(INFO) << "SIGHUP ignored: no --model_repository to rescan";
+      return;
+    }
+    rescanner->Request();
+  };
+  metalserve::ServeUntilSignal([&] { DumpMetrics(*metrics, dump_path); }, rescan);
   LOG(INFO) << "signal " << metalserve::TerminationSignal() << ": health NOT_SERVING, draining";
   server->SetServing(false);
   metalserve::DrainGrace(absl::GetFlag(FLAGS_drain_grace));
