@@ -49,6 +49,18 @@ const UnixBufferMutator* Self(grpc_socket_mutator* m) {
   return reinterpret_cast<const UnixBufferMutator*>(m);
 }
 
+// One buffer: on Linux first through the *FORCE option, which is not
+// capped at net.core.wmem_max / rmem_max (212,992 bytes unless raised, below
+// a 602 KB request) and succeeds for a process with CAP_NET_ADMIN (root
+// outside a container that drops it); else, or where it fails, the plain
+// option, which the kernel caps.
+void SetBuffer(int fd, [[maybe_unused]] int force_option, int option, int bytes) {
+#ifdef __linux__
+  if (setsockopt(fd, SOL_SOCKET, force_option, &bytes, sizeof(bytes)) == 0) return;
+#endif
+  (void)setsockopt(fd, SOL_SOCKET, option, &bytes, sizeof(bytes));
+}
+
 // Sets both buffers on a Unix-domain socket; every other socket is left as
 // it is. Never fails the connection: a buffer the kernel refuses or caps
 // only leaves the default.
@@ -59,8 +71,13 @@ void SetBuffers(int fd, int bytes) {
       addr.ss_family != AF_UNIX) {
     return;
   }
-  (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
-  (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+#ifdef __linux__
+  SetBuffer(fd, SO_SNDBUFFORCE, SO_SNDBUF, bytes);
+  SetBuffer(fd, SO_RCVBUFFORCE, SO_RCVBUF, bytes);
+#else
+  SetBuffer(fd, 0, SO_SNDBUF, bytes);
+  SetBuffer(fd, 0, SO_RCVBUF, bytes);
+#endif
 }
 
 // `bytes` as setsockopt takes it.

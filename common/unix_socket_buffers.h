@@ -40,7 +40,10 @@ inline constexpr int64_t kDefaultUnixSocketBufferBytes = 1 << 20;
 // A new mutator that sets SO_SNDBUF and SO_RCVBUF to `bytes` on every
 // connected Unix-domain socket it is shown (client connections and
 // connections a server accepts), and leaves every other socket as it is.
-// The kernel may cap the figure (Linux: net.core.wmem_max / rmem_max;
+// On Linux it asks with SO_SNDBUFFORCE / SO_RCVBUFFORCE first, which
+// net.core.wmem_max / rmem_max do not cap (a process with CAP_NET_ADMIN);
+// otherwise the kernel may cap the figure (Linux: those two sysctls, whose
+// default of 212,992 bytes is below a 602 KB request;
 // UnixSocketBufferGranted says what a socket gets). One reference,
 // owned by whoever it is handed to (grpc::ChannelArguments::SetSocketMutator
 // takes it). `bytes` must be positive.
@@ -52,8 +55,8 @@ std::unique_ptr<grpc::ServerBuilderOption> UnixSocketBufferOption(int64_t bytes)
 
 // The send buffer a Unix-domain socket gets when `bytes` is asked for, read
 // back from a socket pair: Linux doubles the figure (for its bookkeeping)
-// and caps it at net.core.wmem_max, macOS at kern.ipc.maxsockbuf. For the
-// programs' start-up log line.
+// and, without CAP_NET_ADMIN, caps it at net.core.wmem_max; macOS caps it
+// at kern.ipc.maxsockbuf. For the programs' start-up log line.
 absl::StatusOr<int64_t> UnixSocketBufferGranted(int64_t bytes);
 
 }  // namespace metalserve

@@ -2,7 +2,9 @@
 // connections: a gRPC server and channel over a Unix socket (and over TCP
 // loopback), one health check each, then the process's own socket fds read
 // back with getsockopt. Without the mutator both ends keep the kernel's
-// default buffers; a TCP connection keeps them with it.
+// default buffers; a TCP connection keeps them with it. Above Linux's
+// net.core.wmem_max cap, a process allowed SO_SNDBUFFORCE still gets the
+// figure.
 #include "common/unix_socket_buffers.h"
 
 #include <fcntl.h>
@@ -12,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -125,15 +128,16 @@ class UnixSocketBuffersTest : public ::testing::Test {
 
   // Starts a server on `address` (with the option when `on`), checks health
   // once over a channel (with the mutator when `on`) and keeps both open.
-  void Connect(const std::string& address, bool on, int* port = nullptr) {
+  void Connect(const std::string& address, bool on, int* port = nullptr,
+               int64_t asked = kAsked) {
     grpc::ServerBuilder builder;
     builder.RegisterService(&health_);
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
-    if (on) builder.SetOption(UnixSocketBufferOption(kAsked));
+    if (on) builder.SetOption(UnixSocketBufferOption(asked));
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     grpc::ChannelArguments args;
-    if (on) args.SetSocketMutator(NewUnixSocketBufferMutator(kAsked));
+    if (on) args.SetSocketMutator(NewUnixSocketBufferMutator(asked));
     const std::string target =
         port != nullptr ? "127.0.0.1:" + std::to_string(*port) : address;
     channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
@@ -163,6 +167,43 @@ TEST_F(UnixSocketBuffersTest, BothEndsOfAUnixConnectionGetTheBuffers) {
   }
   server_->Shutdown();
 }
+
+#ifdef __linux__
+// The plain option is capped at net.core.wmem_max (212,992 bytes by default,
+// below a 602 KB request); a process allowed SO_SNDBUFFORCE (CAP_NET_ADMIN)
+// gets what it asks for above that cap.
+TEST_F(UnixSocketBuffersTest, AboveTheSysctlCapTheForceOptionGrantsTheFigure) {
+  int cap = 0;
+  FILE* f = fopen("/proc/sys/net/core/wmem_max", "r");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(fscanf(f, "%d", &cap), 1);
+  fclose(f);
+  const int64_t asked = 2 * static_cast<int64_t>(cap);
+  int probe[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, probe), 0);
+  const int bytes = static_cast<int>(asked);
+  const bool may_force =
+      setsockopt(probe[0], SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes)) == 0;
+  close(probe[0]);
+  close(probe[1]);
+  const int64_t granted = UnixSocketBufferGranted(asked).value();
+  if (!may_force) {
+    EXPECT_LE(granted, 2 * static_cast<int64_t>(cap));
+    GTEST_SKIP() << "no CAP_NET_ADMIN here: the plain option's cap applies ("
+                 << granted << " bytes granted for " << asked << ")";
+  }
+  // Linux doubles what it grants: the plain option gives at most 2 * cap.
+  EXPECT_GT(granted, 2 * static_cast<int64_t>(cap)) << "net.core.wmem_max is " << cap;
+  Connect("unix://" + path_, /*on=*/true, nullptr, asked);
+  const std::vector<Buffers> ends = UnixEnds(path_);
+  ASSERT_EQ(ends.size(), 2u);
+  for (const Buffers& b : ends) {
+    EXPECT_EQ(b.send, granted);
+    EXPECT_EQ(b.receive, granted);
+  }
+  server_->Shutdown();
+}
+#endif
 
 TEST_F(UnixSocketBuffersTest, WithoutTheMutatorTheKernelDefaultsStay) {
   const int64_t granted = UnixSocketBufferGranted(kAsked).value();
