@@ -70,6 +70,11 @@ class Proc:
         while time.time() < deadline:
             text = open(log_path).read()
             if ready in text:
+                # What the kernel granted the Unix-socket buffers (metalserve's
+                # start-up line), so a run shows whether a sysctl cap applied.
+                granted = re.search(r"unix_socket_buffer=[^)]*\)?", text)
+                if granted:
+                    print(f"  {granted.group(0)}", file=sys.stderr, flush=True)
                 return
             if self.proc.poll() is not None:
                 raise SystemExit(f"{cmd[0]} exited:\n{text[-3000:]}")
