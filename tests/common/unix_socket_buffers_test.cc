@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -178,6 +179,7 @@ TEST_F(UnixSocketBuffersTest, AboveTheSysctlCapTheForceOptionGrantsTheFigure) {
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(fscanf(f, "%d", &cap), 1);
   fclose(f);
+  if (cap > INT_MAX / 4) GTEST_SKIP() << "net.core.wmem_max " << cap << " leaves no room above it";
   const int64_t asked = 2 * static_cast<int64_t>(cap);
   int probe[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, probe), 0);
