@@ -149,6 +149,19 @@ class UnixSocketBuffersTest : public ::testing::Test {
     ASSERT_TRUE(stub->Check(&ctx, request, &response).ok());
   }
 
+  // Connects over the Unix socket with `asked` on both ends, then expects
+  // both of the connection's ends to hold `granted` send and receive bytes.
+  void ExpectBothUnixEndsGet(int64_t asked, int64_t granted) {
+    Connect("unix://" + path_, /*on=*/true, nullptr, asked);
+    const std::vector<Buffers> ends = UnixEnds(path_);
+    ASSERT_EQ(ends.size(), 2u) << "the client's end and the server's";
+    for (const Buffers& b : ends) {
+      EXPECT_EQ(b.send, granted);
+      EXPECT_EQ(b.receive, granted);
+    }
+    server_->Shutdown();
+  }
+
   metalserve::testing::TempDir dir_{"metalserve-sockbuf-"};
   const std::string path_ = dir_.File("s.sock");
   Health health_;
@@ -159,14 +172,7 @@ class UnixSocketBuffersTest : public ::testing::Test {
 TEST_F(UnixSocketBuffersTest, BothEndsOfAUnixConnectionGetTheBuffers) {
   const int64_t granted = UnixSocketBufferGranted(kAsked).value();
   EXPECT_GE(granted, kAsked);
-  Connect("unix://" + path_, /*on=*/true);
-  const std::vector<Buffers> ends = UnixEnds(path_);
-  ASSERT_EQ(ends.size(), 2u) << "the client's end and the server's";
-  for (const Buffers& b : ends) {
-    EXPECT_EQ(b.send, granted);
-    EXPECT_EQ(b.receive, granted);
-  }
-  server_->Shutdown();
+  ExpectBothUnixEndsGet(kAsked, granted);
 }
 
 #ifdef __linux__
@@ -196,14 +202,7 @@ TEST_F(UnixSocketBuffersTest, AboveTheSysctlCapTheForceOptionGrantsTheFigure) {
   }
   // Linux doubles what it grants: the plain option gives at most 2 * cap.
   EXPECT_GT(granted, 2 * static_cast<int64_t>(cap)) << "net.core.wmem_max is " << cap;
-  Connect("unix://" + path_, /*on=*/true, nullptr, asked);
-  const std::vector<Buffers> ends = UnixEnds(path_);
-  ASSERT_EQ(ends.size(), 2u);
-  for (const Buffers& b : ends) {
-    EXPECT_EQ(b.send, granted);
-    EXPECT_EQ(b.receive, granted);
-  }
-  server_->Shutdown();
+  ExpectBothUnixEndsGet(asked, granted);
 }
 #endif
 
