@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/model_config/model_config.h"
@@ -96,10 +97,11 @@ TEST(ForwardPathTest, ProbeVerificationWarmUpAndServingAllGoThroughTheOnePath) {
   // alone for batch invariance.
   const auto verify = log.Of(ForwardPurpose::kVerify);
   EXPECT_EQ(verify.size(), 3u + 3u + 4u);
-  // Per size, with 2 intra-op threads, 4 forwards on 2 and 4 on 1
-  // (intra_op_threads.h: one untimed, three timed on each).
+  // Per size, with 2 intra-op threads, three timed forwards on 2 and three
+  // on 1 (intra_op_threads.h), each after an untimed one, except on 2 at the
+  // second size: the plan was optimized at the first.
   const std::vector<std::pair<ForwardPurpose, int64_t>> at1(8, {ForwardPurpose::kWarmUp, 1});
-  const std::vector<std::pair<ForwardPurpose, int64_t>> at4(8, {ForwardPurpose::kWarmUp, 4});
+  const std::vector<std::pair<ForwardPurpose, int64_t>> at4(7, {ForwardPurpose::kWarmUp, 4});
   std::vector<std::pair<ForwardPurpose, int64_t>> warmup = at1;
   warmup.insert(warmup.end(), at4.begin(), at4.end());
   EXPECT_EQ(log.Of(ForwardPurpose::kWarmUp), warmup);
@@ -123,6 +125,30 @@ TEST(ForwardPathTest, ProbeVerificationWarmUpAndServingAllGoThroughTheOnePath) {
   // All of it on one thread: the device thread, not the caller.
   for (const auto& id : log.threads()) EXPECT_EQ(id, log.threads().front());
   EXPECT_NE(log.threads().front(), std::this_thread::get_id());
+}
+
+// On the CPU only the first warm-up size pays an untimed forward (the
+// profiling executor's run before it optimizes the plan, which then serves
+// every size); a later size is timed by its first forward. One intra-op
+// thread: no comparison of thread counts.
+TEST(ForwardPathTest, OnTheCpuOnlyTheFirstWarmUpSizeHasAnUntimedForward) {
+  ForwardLog log;
+  RuntimeOptions o = Options("tiny_cnn");
+  o.optimize = "freeze";
+  o.threads = 1;
+  o.warmup_batch_sizes = {8, 1, 4};
+  o.forward_observer = log.Observer();
+  auto created = CreateTorchRunner(o);
+  ASSERT_THAT(created, IsOk());
+  EXPECT_THAT(log.Of(ForwardPurpose::kWarmUp),
+              ElementsAre(Pair(ForwardPurpose::kWarmUp, 1), Pair(ForwardPurpose::kWarmUp, 1),
+                          Pair(ForwardPurpose::kWarmUp, 4), Pair(ForwardPurpose::kWarmUp, 8)));
+  const std::vector<WarmupTiming>& timings = (*created)->info().warmup_timings;
+  ASSERT_EQ(timings.size(), 3u);
+  for (const WarmupTiming& t : timings) {
+    EXPECT_GT(t.forward, absl::ZeroDuration()) << "batch " << t.batch_size;
+    EXPECT_LT(t.forward, absl::InfiniteDuration()) << "batch " << t.batch_size;
+  }
 }
 
 // A reduced precision is compared with fp32 through the path too (the fp32
