@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Where a concurrency-1 ResNet-50 request's time goes on the GPU host, by
+# the server's own per-request timers: an unbatched server (as bench/run.py
+# starts it) with --access_log, one metalserve-bench client at c=1, then the
+# medians of the access log's queue_us, compute_us (RunBatch's wall time:
+# staging copy, hand-off to the device thread, H2D, forward, D2H, outputs)
+# and total_us (arrival to answer) beside the client's p50, the echo
+# server's c=1 p50 (gRPC alone) and the raw batch-1 forward back to back and
+# after 500 us idle (runtime_bench --gap_us). The same for the null runner
+# (no model work). ROUNDS rounds (default 2). On the GPU host
+# (shared/gpu-host/README.md's recipe, .devtools/ and .devdeps/ in the tree):
+#
+#   bash bench/c1_stages_h200.sh
+#
+# Set SKIP_BUILD=1 when build-gpu and its models exist. Log and access logs
+# under $OUT (default /tmp/c1-stages-out). Loopback only.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/c1-stages-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+source bench/gpu_host_env.sh
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+  gpu_build_while_exporting --out build-gpu/models --only resnet50 -- \
+    metalserve metalserve-bench runtime_bench echo_server || exit 1
+fi
+[[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+bench=(build-gpu/metalserve-bench --concurrency=1 --input=random --output=json --progress=off)
+p50() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]; print("%.3f" % (r["latency_us"]["p50"] / 1e3))' "$1"; }
+stages() {
+  python3 - "$1" <<'PY'
+import re, statistics, sys
+rows = [dict(re.findall(r"(\w+)=(\S+)", l)) for l in open(sys.argv[1])]
+rows = [r for r in rows if r.get("code") == "OK"][200:]  # past the warm-up
+def med(k): return statistics.median(int(r[k]) for r in rows) / 1e3
+q, c, t = med("queue_us"), med("compute_us"), med("total_us")
+print(f"  server stages, median of {len(rows)}: queue {q:.3f} ms, compute {c:.3f} ms,"
+      f" total {t:.3f} ms (total - queue - compute {t - q - c:.3f} ms)")
+PY
+}
+serve() {  # serve LABEL MODEL_ARG: prints the client's p50 and the stages
+  local label=$1 model=$2 port log=$OUT/access-$1-$r.log
+  port=$(free_port)
+  rm -f "$log"
+  build-gpu/metalserve --model="$model" --address=127.0.0.1:$port --metrics_address= \
+    --http_address= --device=cuda --threads=8 --precision=fp32 --optimize=auto \
+    --max_batch_size=1 --monitor_log_interval=0 --access_log="$log" > "$OUT/server-$label.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 240); do grep -q "ready: gRPC" "$OUT/server-$label.log" && break; sleep 0.5; done
+  "${bench[@]}" --target=127.0.0.1:$port --duration=4s --warmup=1s > "$OUT/c.json" ||
+    { tail -5 "$OUT/server-$label.log"; kill "$pid"; return 1; }
+  kill "$pid"; wait "$pid" 2>/dev/null
+  echo "$label: client p50 $(p50 "$OUT/c.json") ms"
+  stages "$log"
+}
+for r in $(seq "${ROUNDS:-2}"); do
+  echo "== round $r"
+  port=$(free_port)
+  build-gpu/bench/transport/echo_server --signature=build-gpu/models/resnet50.json \
+    --address=127.0.0.1:$port > "$OUT/echo.log" 2>&1 &
+  echo_pid=$!
+  sleep 1
+  "${bench[@]}" --target=127.0.0.1:$port --duration=4s --warmup=1s > "$OUT/c.json"
+  kill "$echo_pid"; wait "$echo_pid" 2>/dev/null
+  echo "echo: client p50 $(p50 "$OUT/c.json") ms"
+  serve null null:build-gpu/models/resnet50.json
+  serve model build-gpu/models/resnet50.pt
+  for g in 0 500; do
+    build-gpu/bench/runtime/runtime_bench --device=cuda --threads=8 --models=resnet50 \
+      --levels=full --batches=1 --precision=fp32 --channels_last=0 --gap_us=$g \
+      --benchmark_min_time=1.0 2>&1 | grep "^Forward" | sed "s/^/raw gap_us=$g: /"
+  done
+  stamp "round $r"
+done
+uptime
