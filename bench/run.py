@@ -67,6 +67,18 @@ def parse_cpus(spec):
     return sorted(cpus)
 
 
+def check_cpus(flag, cpus):
+    """Exits naming `flag` when `cpus` (parse_cpus's list; None: unpinned)
+    cannot be pinned to here."""
+    if cpus is None:
+        return
+    if not hasattr(os, "sched_setaffinity"):
+        raise SystemExit(f"{flag}: this system cannot pin a process to CPUs")
+    if not set(cpus) <= os.sched_getaffinity(0):
+        raise SystemExit(f"{flag}={','.join(map(str, cpus))}: not all of them are "
+                         f"available here ({sorted(os.sched_getaffinity(0))})")
+
+
 def pin(cpus):
     """A preexec_fn that runs the child on `cpus` only (None: anywhere)."""
     if cpus is None:
@@ -288,6 +300,7 @@ def transport_args(a, concurrency):
     t.build, t.servers, t.model, t.concurrency = a.build, "echo,null,model", a.model_path, concurrency
     t.duration, t.input, t.max_batch_size = a.duration, a.input, 1
     t.max_queue_delay, t.threads = a.max_queue_delay, a.threads
+    t.server_cpus, t.client_cpus = a.server_cpus, a.client_cpus
     t.server_args = [f"--device={a.device}", f"--precision={a.precision}",
                      f"--optimize={a.optimize}"] + (["--channels_last"] if a.channels_last else [])
     return t
@@ -429,14 +442,8 @@ def main():
     a.sweep_levels = [int(x) for x in a.sweep.split(",")]
     a.server_cpu_list = parse_cpus(a.server_cpus)
     a.client_cpu_list = parse_cpus(a.client_cpus)
-    for flag, cpus in (("--server_cpus", a.server_cpu_list), ("--client_cpus", a.client_cpu_list)):
-        if cpus is None:
-            continue
-        if not hasattr(os, "sched_setaffinity"):
-            raise SystemExit(f"{flag}: this system cannot pin a process to CPUs")
-        if not set(cpus) <= os.sched_getaffinity(0):
-            raise SystemExit(f"{flag}={','.join(map(str, cpus))}: not all of them are "
-                             f"available here ({sorted(os.sched_getaffinity(0))})")
+    check_cpus("--server_cpus", a.server_cpu_list)
+    check_cpus("--client_cpus", a.client_cpu_list)
     models_dir = a.models_dir or os.path.join(a.build, "models")
     a.model_path = os.path.join(models_dir, a.model + ".pt")
     os.makedirs(a.out, exist_ok=True)

@@ -42,6 +42,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICKS = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import check_cpus, parse_cpus, pin  # noqa: E402  bench/run.py
 
 
 def free_port():
@@ -60,12 +62,13 @@ def cpu_seconds(pid):
 class Proc:
     """A server process started with `cmd`, ready when `ready` is in its log."""
 
-    def __init__(self, cmd, log_path, ready, timeout=120, env=None):
-        print("+ " + " ".join([f"{k}={v}" for k, v in (env or {}).items()] + cmd),
+    def __init__(self, cmd, log_path, ready, timeout=120, env=None, cpus=None):
+        taskset = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+        print("+ " + " ".join([f"{k}={v}" for k, v in (env or {}).items()] + taskset + cmd),
               file=sys.stderr, flush=True)
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})}, preexec_fn=pin(cpus))
         deadline = time.time() + timeout
         while time.time() < deadline:
             text = open(log_path).read()
@@ -116,7 +119,7 @@ def start_echo(a, sig, workdir, tag, extra=()):
                             f"--signature={sig}", f"--address={target}",
                             *a.echo_args, *extra],
                            os.path.join(workdir, f"{tag}-{kind}.log"), "ready: gRPC",
-                           env=server_env(a))
+                           env=server_env(a), cpus=parse_cpus(a.server_cpus))
     return procs, addr
 
 
@@ -127,7 +130,8 @@ def start_metalserve(a, model, workdir, tag, extra=()):
            f"--max_batch_size={a.max_batch_size}", f"--threads={a.threads}",
            f"--max_queue_delay={a.max_queue_delay}", "--monitor_log_interval=0",
            "--device=cpu"] + a.server_args + list(extra)
-    p = Proc(cmd, os.path.join(workdir, f"{tag}.log"), "ready: gRPC", env=server_env(a))
+    p = Proc(cmd, os.path.join(workdir, f"{tag}.log"), "ready: gRPC", env=server_env(a),
+             cpus=parse_cpus(a.server_cpus))
     return {"tcp": p, "uds": p}, addr
 
 
@@ -136,10 +140,12 @@ def measure(a, proc, target):
     bench = os.path.join(a.build, "metalserve-bench")
     common = [bench, f"--target={target}", f"--concurrency={a.concurrency}",
               "--output=json", "--progress=off", f"--input={a.input}"] + a.bench_args
-    subprocess.run(common + ["--requests=200"], check=True, capture_output=True)  # warm-up
+    client = pin(parse_cpus(a.client_cpus))
+    subprocess.run(common + ["--requests=200"], check=True, capture_output=True,
+                   preexec_fn=client)  # warm-up
     c0 = cpu_seconds(proc.proc.pid)
     out = subprocess.run(common + [f"--duration={a.duration}s"], check=True,
-                         capture_output=True, text=True).stdout
+                         capture_output=True, text=True, preexec_fn=client).stdout
     c1 = cpu_seconds(proc.proc.pid)
     r = json.loads(out)["runs"][0]
     n = max(1, r["ok"])
@@ -247,12 +253,20 @@ def parser():
     p.add_argument("--server_env", action="append", default=[], metavar="K=V",
                    help="set in the servers' environment only (repeatable), e.g. "
                         "METALSERVE_MUTEX_DEADLOCK_DETECTION=1")
+    p.add_argument("--server_cpus", default="",
+                   help="run every server on these CPUs only (e.g. 0, or 0-3; Linux), as "
+                        "bench/run.py does: with --client_cpus, server and client stop "
+                        "taking each other's cores")
+    p.add_argument("--client_cpus", default="",
+                   help="run metalserve-bench on these CPUs only (e.g. 1)")
     p.add_argument("--json", default="", help="write the rows here")
     return p
 
 
 def main():
     a = parser().parse_args()
+    check_cpus("--server_cpus", parse_cpus(a.server_cpus))
+    check_cpus("--client_cpus", parse_cpus(a.client_cpus))
     sigs = [s for s in a.payloads.split(",") if s] or [
         os.path.join(a.build, "models", n) for n in ("identity.json", "resnet18.json")]
     rows = []

@@ -95,7 +95,8 @@ class TransportArgsTest(unittest.TestCase):
         import argparse
         a = argparse.Namespace(build="b", model_path="m.pt", duration=3.0, input="random",
                                max_queue_delay="2ms", threads=8, device="cuda",
-                               precision="fp16", optimize="auto", channels_last=True)
+                               precision="fp16", optimize="auto", channels_last=True,
+                               server_cpus="0", client_cpus="1")
         t = run.transport_args(a, 64)
         for name in vars(transport.parser().parse_args([])):
             self.assertTrue(hasattr(t, name), name)
@@ -104,6 +105,30 @@ class TransportArgsTest(unittest.TestCase):
         self.assertEqual(t.server_args, ["--device=cuda", "--precision=fp16",
                                          "--optimize=auto", "--channels_last"])
         self.assertEqual(t.cq_threads, 2)
+        # The floor runs pinned as the sweep does.
+        self.assertEqual((t.server_cpus, t.client_cpus), ("0", "1"))
+
+
+class TransportPinningTest(unittest.TestCase):
+    def test_a_server_started_with_cpus_runs_on_them_only(self):
+        import tempfile
+        cpu = sorted(os.sched_getaffinity(0))[-1]
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "log")
+            code = ("import os, sys, time; print('ready', sorted(os.sched_getaffinity(0)));"
+                    " sys.stdout.flush(); time.sleep(60)")
+            p = transport.Proc([sys.executable, "-c", code], log, "ready", timeout=30,
+                               cpus=[cpu])
+            p.stop()
+            self.assertIn(f"ready [{cpu}]", open(log).read())
+            unpinned = transport.Proc([sys.executable, "-c", code], log, "ready", timeout=30)
+            unpinned.stop()
+            self.assertIn(f"ready {sorted(os.sched_getaffinity(0))}", open(log).read())
+
+    def test_cpus_not_here_are_refused_naming_the_flag(self):
+        with self.assertRaisesRegex(SystemExit, "--client_cpus=4096: not all"):
+            run.check_cpus("--client_cpus", [4096])
+        run.check_cpus("--client_cpus", None)
 
 
 class RawForwardTest(unittest.TestCase):
