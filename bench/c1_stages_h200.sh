@@ -30,16 +30,36 @@ free_port() {
 }
 bench=(build-gpu/metalserve-bench --concurrency=1 --input=random --output=json --progress=off)
 p50() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]; print("%.3f" % (r["latency_us"]["p50"] / 1e3))' "$1"; }
-stages() {
+stages() {  # stages ACCESS_LOG: the medians past the client's 1 s warm-up
   python3 - "$1" <<'PY'
-import re, statistics, sys
-rows = [dict(re.findall(r"(\w+)=(\S+)", l)) for l in open(sys.argv[1])]
-rows = [r for r in rows if r.get("code") == "OK"][200:]  # past the warm-up
+import datetime, re, statistics, sys
+rows = [dict(re.findall(r"(\w+)=(\S+)", l)) | {"t": l.split()[0]} for l in open(sys.argv[1]) if l.strip()]
+rows = [r for r in rows if r.get("code") == "OK"]
+when = lambda r: datetime.datetime.fromisoformat(r["t"].rstrip("Z"))
+if rows:
+    start = when(rows[0])
+    rows = [r for r in rows if (when(r) - start).total_seconds() >= 1.2]
+if not rows:
+    sys.exit("  no OK requests past the warm-up in the access log")
 def med(k): return statistics.median(int(r[k]) for r in rows) / 1e3
 q, c, t = med("queue_us"), med("compute_us"), med("total_us")
 print(f"  server stages, median of {len(rows)}: queue {q:.3f} ms, compute {c:.3f} ms,"
       f" total {t:.3f} ms (total - queue - compute {t - q - c:.3f} ms)")
 PY
+}
+ready() {  # ready PID LOG: waits up to 120 s for the ready line while PID lives
+  for _ in $(seq 240); do
+    grep -q "ready: gRPC" "$2" && return 0
+    kill -0 "$1" 2>/dev/null || return 1
+    sleep 0.5
+  done
+  return 1
+}
+stop() {  # stop PID: SIGTERM, SIGKILL after 30 s
+  kill "$1" 2>/dev/null
+  for _ in $(seq 60); do kill -0 "$1" 2>/dev/null || break; sleep 0.5; done
+  kill -9 "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
 }
 serve() {  # serve LABEL MODEL_ARG: prints the client's p50 and the stages
   local label=$1 model=$2 port log=$OUT/access-$1-$r.log
@@ -49,10 +69,12 @@ serve() {  # serve LABEL MODEL_ARG: prints the client's p50 and the stages
     --http_address= --device=cuda --threads=8 --precision=fp32 --optimize=auto \
     --max_batch_size=1 --monitor_log_interval=0 --access_log="$log" > "$OUT/server-$label.log" 2>&1 &
   local pid=$!
-  for _ in $(seq 240); do grep -q "ready: gRPC" "$OUT/server-$label.log" && break; sleep 0.5; done
+  if ! ready "$pid" "$OUT/server-$label.log"; then
+    echo "$label: not ready"; tail -5 "$OUT/server-$label.log"; stop "$pid"; return 1
+  fi
   "${bench[@]}" --target=127.0.0.1:$port --duration=4s --warmup=1s > "$OUT/c.json" ||
-    { tail -5 "$OUT/server-$label.log"; kill "$pid"; return 1; }
-  kill "$pid"; wait "$pid" 2>/dev/null
+    { echo "$label: client failed"; tail -5 "$OUT/server-$label.log"; stop "$pid"; return 1; }
+  stop "$pid"
   echo "$label: client p50 $(p50 "$OUT/c.json") ms"
   stages "$log"
 }
@@ -62,10 +84,13 @@ for r in $(seq "${ROUNDS:-2}"); do
   build-gpu/bench/transport/echo_server --signature=build-gpu/models/resnet50.json \
     --address=127.0.0.1:$port > "$OUT/echo.log" 2>&1 &
   echo_pid=$!
-  sleep 1
-  "${bench[@]}" --target=127.0.0.1:$port --duration=4s --warmup=1s > "$OUT/c.json"
-  kill "$echo_pid"; wait "$echo_pid" 2>/dev/null
-  echo "echo: client p50 $(p50 "$OUT/c.json") ms"
+  if ready "$echo_pid" "$OUT/echo.log" &&
+     "${bench[@]}" --target=127.0.0.1:$port --duration=4s --warmup=1s > "$OUT/c.json"; then
+    echo "echo: client p50 $(p50 "$OUT/c.json") ms"
+  else
+    echo "echo: failed"; tail -5 "$OUT/echo.log"
+  fi
+  stop "$echo_pid"
   serve null null:build-gpu/models/resnet50.json
   serve model build-gpu/models/resnet50.pt
   for g in 0 500; do

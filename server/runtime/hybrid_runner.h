@@ -9,8 +9,9 @@
 //   chosen       = argmin_d finish(d, b)   (ties: the earlier device listed)
 //
 // cost(d, b) is the device's forward time for a batch of b rows: measured at
-// warm-up for each warm-up batch size (ModelInfo::warmup_timings, the timed
-// forwards of each size, host copies included), linear between measured
+// warm-up for each warm-up batch size (ModelInfo::warmup_timings, the least
+// of the timed forwards at each size, on the CPU at the intra-op thread
+// count chosen there; host copies included), linear between measured
 // sizes, proportional above the largest, the smallest size's below it; every
 // batch that runs refines the entry of its size (new = 0.8 old + 0.2
 // observed), so a device that slows down under load (the CPU sharing cores

@@ -306,7 +306,8 @@ absl::StatusOr<VerifiedGraph> TorchRunner::OptimizeOrReuse(const RuntimeOptions&
 // CPU's. On the CPU with several intra-op threads, sizes are compared on one
 // thread and on all of them until all of them win (intra_op_threads.h). The
 // hybrid picker (hybrid_runner.h) and the adaptive batcher's cost curve
-// start from these figures.
+// start from these figures. An AOTInductor package (aoti_runner.cc) shares
+// this: compiled ahead, it has run every size in its verification already.
 absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
   const int n = device_->device().is_cpu() ? CurrentIntraOpThreads() : 0;
   LOG(INFO) << "runtime: warming up batch sizes [" << absl::StrJoin(batch_sizes, ",") << "]"

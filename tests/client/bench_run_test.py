@@ -109,6 +109,7 @@ class TransportArgsTest(unittest.TestCase):
         self.assertEqual((t.server_cpus, t.client_cpus), ("0", "1"))
 
 
+@unittest.skipUnless(hasattr(os, "sched_setaffinity"), "pinning is Linux-only")
 class TransportPinningTest(unittest.TestCase):
     def test_a_server_started_with_cpus_runs_on_them_only(self):
         import tempfile
