@@ -113,6 +113,12 @@ using ForwardObserver = std::function<void(ForwardPurpose purpose, int64_t rows)
 // them with the plain graph; zero on a verification-cache hit), "warmup".
 using LoadPhaseCallback = std::function<void(const std::string& phase, absl::Duration took)>;
 
+// Warm-up on the CPU: a later warm-up size's first forward counts alone
+// from this long (a new shape's set-up is then a few percent of it); a
+// shorter one is followed by one more, the least counting
+// (torch_runner_load.cc, TorchRunner::WarmUp).
+inline constexpr absl::Duration kWarmUpSettledForward = absl::Milliseconds(10);
+
 struct RuntimeOptions {
   // TorchScript file, or an AOTInductor package (a name ending in ".pt2";
   // aoti_runner.cc; refused with FAILED_PRECONDITION by a runtime built

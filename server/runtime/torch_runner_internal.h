@@ -114,10 +114,12 @@ class TorchRunner final : public Runner {
   void KeepInferredSignature(const ModelSignature& sig, const std::string& path,
                              const SignatureCodec& codec, bool write) const;
   absl::Status WarmUp(const std::vector<int64_t>& batch_sizes);
-  // `untimed` forwards of `batch` rows, then `timed` timed ones: the least.
-  // One probe input for all of them (a 3x224x224 one at batch 32 takes about
-  // 20 ms to draw).
-  absl::StatusOr<absl::Duration> TimeWarmUpForwards(int64_t batch, int untimed, int timed);
+  // `untimed` forwards of `batch` rows, then `timed` timed ones, and one
+  // more timed while the least is under `settled`: the least. One probe
+  // input for all of them (a 3x224x224 one at batch 32 takes about 20 ms to
+  // draw).
+  absl::StatusOr<absl::Duration> TimeWarmUpForwards(int64_t batch, int untimed, int timed,
+                                                    absl::Duration settled);
   // The intra-op threads chosen at warm-up for a batch of `rows` (by the
   // smallest warm-up size that holds it, else the largest); 0 off the CPU.
   int ServeThreads(int64_t rows) const;
