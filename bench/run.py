@@ -67,6 +67,17 @@ def parse_cpus(spec):
     return sorted(cpus)
 
 
+def add_cpu_options(p):
+    """--server_cpus and --client_cpus (parse_cpus reads them), here and in
+    bench/transport.py."""
+    p.add_argument("--server_cpus", default="",
+                   help="run every server on these CPUs only (e.g. 0, or 0-3; Linux): with "
+                        "--client_cpus, server and client stop taking each other's cores, "
+                        "which on a 2-core machine is most of the round-to-round spread")
+    p.add_argument("--client_cpus", default="",
+                   help="run metalserve-bench on these CPUs only (e.g. 1)")
+
+
 def check_cpus(flag, cpus):
     """Exits naming `flag` when `cpus` (parse_cpus's list; None: unpinned)
     cannot be pinned to here."""
@@ -425,12 +436,7 @@ def main():
                         "bench/results is the repository's record, only on request)")
     p.add_argument("--transport", action="store_true",
                    help="also measure the transport floor (bench/transport.py) for this payload")
-    p.add_argument("--server_cpus", default="",
-                   help="run every server on these CPUs only (e.g. 0, or 0-3; Linux): with "
-                        "--client_cpus, server and client stop taking each other's cores, "
-                        "which on a 2-core machine is most of the round-to-round spread")
-    p.add_argument("--client_cpus", default="",
-                   help="run metalserve-bench on these CPUs only (e.g. 1)")
+    add_cpu_options(p)
     p.add_argument("--host_label", default=socket.gethostname(),
                    help="names the host in the JSON and its file name (default: hostname)")
     a = p.parse_args()

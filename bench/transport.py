@@ -43,7 +43,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICKS = os.sysconf("SC_CLK_TCK")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import check_cpus, parse_cpus, pin  # noqa: E402  bench/run.py
+from run import add_cpu_options, check_cpus, parse_cpus, pin  # noqa: E402  bench/run.py
 
 
 def free_port():
@@ -253,12 +253,7 @@ def parser():
     p.add_argument("--server_env", action="append", default=[], metavar="K=V",
                    help="set in the servers' environment only (repeatable), e.g. "
                         "METALSERVE_MUTEX_DEADLOCK_DETECTION=1")
-    p.add_argument("--server_cpus", default="",
-                   help="run every server on these CPUs only (e.g. 0, or 0-3; Linux), as "
-                        "bench/run.py does: with --client_cpus, server and client stop "
-                        "taking each other's cores")
-    p.add_argument("--client_cpus", default="",
-                   help="run metalserve-bench on these CPUs only (e.g. 1)")
+    add_cpu_options(p)
     p.add_argument("--json", default="", help="write the rows here")
     return p
 

@@ -15,11 +15,11 @@
 #include "common/status_macros.h"
 
 namespace metalserve::torch_internal {
-namespace {
-
 int64_t ElapsedMs(Clock* clock, absl::Time since) {
   return absl::ToInt64Milliseconds(clock->TimeNow() - since);
 }
+
+namespace {
 
 // max |a - ref| / max |ref|.
 double Relative(const at::Tensor& a, const at::Tensor& ref) {

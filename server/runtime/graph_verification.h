@@ -29,6 +29,7 @@
 #include <torch/script.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "server/runtime/forward_path.h"
 
@@ -38,6 +39,10 @@ enum class Level { kNone = 0, kFreeze = 1, kFull = 2 };
 inline constexpr const char* kLevelNames[] = {"none", "freeze", "full"};
 // none | freeze | full | auto (per device: mps freeze, cpu and cuda full).
 absl::StatusOr<Level> ParseLevel(const std::string& optimize, const TorchDevice& device);
+
+// Whole milliseconds from `since` to now on `clock`, for the load phases'
+// log lines (here, torch_runner_load.cc, torch_runner_warmup.cc).
+int64_t ElapsedMs(Clock* clock, absl::Time since);
 
 // Seeded inputs of `batch` rows for the path's bound inputs; rows differ.
 std::vector<at::Tensor> ProbeInputs(const ForwardPath& path, int64_t batch, uint64_t seed);

@@ -1,8 +1,8 @@
 // The LibTorch runner's request path: input checks, the host-side copy of a
 // batch (on the caller's thread), and the forward on the device thread
-// through the one forward path (forward_path.h). Load, verification and
-// warm-up are in torch_runner_load.cc; the class is in
-// torch_runner_internal.h.
+// through the one forward path (forward_path.h). Load and verification are
+// in torch_runner_load.cc, warm-up in torch_runner_warmup.cc; the class is
+// in torch_runner_internal.h.
 #include "server/runtime/torch_runner.h"
 
 #include <cstring>

@@ -116,7 +116,7 @@ using LoadPhaseCallback = std::function<void(const std::string& phase, absl::Dur
 // Warm-up on the CPU: a later warm-up size's first forward counts alone
 // from this long (a new shape's set-up is then a few percent of it); a
 // shorter one is followed by one more, the least counting
-// (torch_runner_load.cc, TorchRunner::WarmUp).
+// (torch_runner_warmup.cc, TorchRunner::WarmUp).
 inline constexpr absl::Duration kWarmUpSettledForward = absl::Milliseconds(10);
 
 struct RuntimeOptions {

@@ -6,6 +6,7 @@
 //   graph_verification.h  optimization verified against the plain graph;
 //   torch_runner.cc       the request path (Run, RunBatch, input checks);
 //   torch_runner_load.cc  Create and the load phases;
+//   torch_runner_warmup.cc  the last of them, warm-up, and its figures;
 //   verification_cache.h  verification verdicts on disk (torch-free);
 //   device_choice.h       which device: probes, measurement (torch-free);
 //   device_measure.cc     CreateTorchRunner: auto measures each device;
