@@ -116,7 +116,7 @@ class TorchRunner final : public Runner {
                              const SignatureCodec& codec, bool write) const;
   absl::Status WarmUp(const std::vector<int64_t>& batch_sizes);
   // `untimed` forwards of `batch` rows, then `timed` timed ones, and one
-  // more timed while the least is under `settled`: the least. One probe
+  // more timed when the least is under `settled`: the least. One probe
   // input for all of them (a 3x224x224 one at batch 32 takes about 20 ms to
   // draw).
   absl::StatusOr<absl::Duration> TimeWarmUpForwards(int64_t batch, int untimed, int timed,

@@ -46,14 +46,14 @@ namespace metalserve::torch_internal {
 // start from these figures. An AOTInductor package (aoti_runner.cc) shares
 // this: compiled ahead, it has run every size in its verification already.
 absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
-  const int n = device_->device().is_cpu() ? CurrentIntraOpThreads() : 0;
+  const bool cpu = device_->device().is_cpu();
+  const int n = cpu ? CurrentIntraOpThreads() : 0;
   LOG(INFO) << "runtime: warming up batch sizes [" << absl::StrJoin(batch_sizes, ",") << "]"
             << (n > 1 ? absl::StrCat(", each on 1 and ", n, " intra-op threads until ", n,
                                      " win")
                       : "");
   std::vector<int64_t> sizes = batch_sizes;
   std::stable_sort(sizes.begin(), sizes.end());
-  const bool cpu = device_->device().is_cpu();
   bool parallel_won = false;
   for (int64_t b : sizes) {
     const absl::Time start = clock_->TimeNow();
@@ -93,7 +93,7 @@ absl::Status TorchRunner::WarmUp(const std::vector<int64_t>& batch_sizes) {
   // turn (SetIntraOpThreads), each time a new pthreadpool and oneDNN's cache
   // cleared.
   cpu_forward_on_caller_ =
-      cpu_forward_on_caller_ && device_->device().is_cpu() &&
+      cpu_forward_on_caller_ && cpu &&
       std::all_of(info_.warmup_timings.begin(), info_.warmup_timings.end(),
                   [](const WarmupTiming& w) { return w.intra_op_threads <= 1; });
   return absl::OkStatus();
