@@ -25,16 +25,9 @@ DURATION=${DURATION:-3}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-  gpu_build_while_exporting --out build-gpu/models --only resnet50 -- metalserve metalserve-bench ||
-    exit 1
-fi
-[[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
+gpu_build_resnet50 metalserve metalserve-bench || exit 1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 # label|listeners (tcp or tcp+uds)|flags
 VARIANTS=${VARIANTS:-"tcp-e2|tcp|--executors=2 --device_concurrency=2;tcp-default|tcp|;both-e2|tcp+uds|--executors=2 --device_concurrency=2;both-default|tcp+uds|"}
 IFS=';' read -r -a variants <<< "$VARIANTS"

@@ -23,11 +23,7 @@ PART=${PART:-c1}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log-$PART.txt") 2>&1
 source bench/gpu_host_env.sh
-if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-  gpu_build_while_exporting --out build-gpu/models --only resnet50 -- \
-    metalserve metalserve-bench runtime_bench echo_server || exit 1
-fi
-[[ -f build-gpu/models/resnet50.json ]] || { echo "no build-gpu/models/resnet50.json: stopping"; exit 1; }
+gpu_build_resnet50 metalserve metalserve-bench runtime_bench echo_server || exit 1
 if [[ $PART == c1 ]]; then
   for r in $(seq "${ROUNDS:-1}"); do
     python3 bench/run.py --build=build-gpu --models_dir=build-gpu/models --model=resnet50 \

@@ -20,14 +20,7 @@ OUT=${OUT:-/tmp/c1-stages-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 source bench/gpu_host_env.sh
-if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-  gpu_build_while_exporting --out build-gpu/models --only resnet50 -- \
-    metalserve metalserve-bench runtime_bench echo_server || exit 1
-fi
-[[ -f build-gpu/models/resnet50.pt ]] || { echo "no build-gpu/models/resnet50.pt: stopping"; exit 1; }
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+gpu_build_resnet50 metalserve metalserve-bench runtime_bench echo_server || exit 1
 bench=(build-gpu/metalserve-bench --concurrency=1 --input=random --output=json --progress=off)
 p50() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]; print("%.3f" % (r["latency_us"]["p50"] / 1e3))' "$1"; }
 stages() {  # stages ACCESS_LOG: the medians past the client's 1 s warm-up

@@ -53,3 +53,22 @@ gpu_build_while_exporting() {
   wait "$export_pid"
   stamp "exported"; tail -3 "$OUT/export.txt"
 }
+
+# gpu_build_resnet50 TARGET...: unless SKIP_BUILD=1, builds TARGETs while
+# exporting ResNet-50 (gpu_build_while_exporting); then checks that
+# build-gpu/models/resnet50.pt and .json exist. Returns 1, having said why,
+# when either fails.
+gpu_build_resnet50() {
+  if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+    gpu_build_while_exporting --out build-gpu/models --only resnet50 -- "$@" || return 1
+  fi
+  local f
+  for f in build-gpu/models/resnet50.pt build-gpu/models/resnet50.json; do
+    [[ -f $f ]] || { echo "no $f: stopping"; return 1; }
+  done
+}
+
+# free_port: a TCP port free on 127.0.0.1 now.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
