@@ -12,6 +12,7 @@ change adds or removes, not as time.
 
   bench/instructions.py                               # null runner, [1,4] requests
   bench/instructions.py --servers=echo,null           # beside gRPC's own floor
+  bench/instructions.py --servers=null,model          # the model's own share (identity.pt)
   bench/instructions.py --metalserve=/tmp/old/metalserve --metalserve=build/metalserve
   bench/instructions.py --server_env=METALSERVE_MUTEX_DEADLOCK_DETECTION=1  # detection on
 
@@ -113,9 +114,11 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--signature", default="",
                    help="the payload's signature (default <build>/models/identity.json)")
-    p.add_argument("--servers", default="null", help="which of echo, null (comma-separated)")
+    p.add_argument("--servers", default="null",
+                   help="which of echo, null, model (comma-separated); model serves the "
+                        "signature's .pt beside its .json (default <build>/models/identity.pt)")
     p.add_argument("--metalserve", action="append", default=[],
-                   help="metalserve binary for the null server (repeatable, to compare "
+                   help="metalserve binary for the null and model servers (repeatable, to compare "
                         "builds; default <build>/metalserve)")
     p.add_argument("--server_arg", dest="server_args", action="append", default=[],
                    help="extra metalserve flag, repeatable")
@@ -140,11 +143,13 @@ def main():
                 cmd = [os.path.join(a.build, "bench/transport/echo_server"),
                        f"--signature={sig}", f"--address=unix://{sock}"]
                 rows.append(measure(a, "echo", cmd, workdir, sock))
-            elif server == "null":
+            elif server in ("null", "model"):
+                model = (f"null:{sig}" if server == "null"
+                         else os.path.splitext(sig)[0] + ".pt")
                 for i, binary in enumerate(binaries):
-                    label = f"null-{i}" if len(binaries) > 1 else "null"
+                    label = f"{server}-{i}" if len(binaries) > 1 else server
                     sock = os.path.join(workdir, f"{label}.sock")
-                    cmd = [binary, f"--model=null:{sig}", f"--address=unix://{sock}",
+                    cmd = [binary, f"--model={model}", f"--address=unix://{sock}",
                            "--metrics_address=", "--http_address=", "--max_batch_size=1",
                            "--threads=1", "--monitor_log_interval=0",
                            "--device=cpu"] + a.server_args
@@ -152,7 +157,7 @@ def main():
                     row["binary"] = binary
                     rows.append(row)
             else:
-                raise SystemExit(f"--servers: unknown server '{server}' (echo, null)")
+                raise SystemExit(f"--servers: unknown server '{server}' (echo, null, model)")
     for r in rows:
         print(f"{r['server']:>8}: {r['instructions_per_request']:,.0f} instructions per request"
               + (f"  ({r['binary']})" if "binary" in r else ""))

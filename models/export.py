@@ -89,6 +89,16 @@ class Identity(torch.nn.Module):
         return x
 
 
+class ImageHead(torch.nn.Module):
+    """An image classifier's interface (3x224x224 float32 in, 1,000 logits
+    out) without its compute: the first 1,000 values of each image. Serves
+    bench/transport.py the runtime's share at 602 KB requests (batch
+    assembly, the forward call, the output copy) with no network's work."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1)[:, :1000]
+
+
 class Poison(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if bool((x == -777.0).any()):
@@ -189,6 +199,7 @@ MODELS = {
     "mobilenet_v3_small": _image_model("mobilenet_v3_small"),
     "tiny_cnn": _small(TinyCnn, [-1, 3, 8, 8], [-1, 10], out_name="logits"),
     "identity": _small(Identity, [-1, 4], [-1, 4]),
+    "image_head": _small(ImageHead, [-1, 3, 224, 224], [-1, 1000], out_name="logits"),
     "poison": _small(Poison, [-1, 4], [-1, 4]),
     "two_in_two_out": _scripted(
         TwoInTwoOut, [("image", [-1, 3]), ("count", [-1, 1], "int64")],

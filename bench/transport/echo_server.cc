@@ -32,6 +32,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/mutex_mode.h"
 #include "common/unix_socket_buffers.h"
@@ -48,6 +50,9 @@ ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "Largest gRPC message in bytes")
 ABSL_FLAG(std::string, api, "callback",
           "How Predict is served: callback (gRPC's callback API, as metalserve serves) or "
           "async (completion queues polled by --cq_threads threads of its own)");
+ABSL_FLAG(std::vector<std::string>, channel_arg, {},
+          "Extra integer channel arguments KEY=VALUE, comma-separated (e.g. "
+          "grpc.http2.max_frame_size=1048576): transport settings measured on gRPC alone");
 ABSL_FLAG(int, cq_threads, 2, "With --api=async: completion queues, one thread each");
 ABSL_FLAG(int64_t, unix_socket_buffer_bytes, metalserve::kDefaultUnixSocketBufferBytes,
           "As metalserve's: SO_SNDBUF and SO_RCVBUF of unix:// connections; 0 = the kernel's");
@@ -252,6 +257,15 @@ int Main() {
     builder.SetOption(metalserve::UnixSocketBufferOption(b));
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
+  for (const std::string& kv : absl::GetFlag(FLAGS_channel_arg)) {
+    const std::vector<std::string> parts = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    int value = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &value)) {
+      std::cerr << "--channel_arg: '" << kv << "' is not KEY=INTEGER\n";
+      return 2;
+    }
+    builder.AddChannelArgument(parts[0], value);
+  }
   builder.SetMaxSendMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
