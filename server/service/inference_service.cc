@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "proto/dtype/dtype_map.h"
 #include "server/service/infer_task.h"
+#include "server/service/predict_response.h"
 #include "server/service/inflate_body.h"
 #include "server/service/raw_call.h"
 #include "server/service/rpc_task.h"
@@ -19,15 +20,14 @@ namespace metalserve {
 using metalserve::v1::GetModelMetadataRequest;
 using metalserve::v1::GetModelMetadataResponse;
 using metalserve::v1::PredictRequest;
-using metalserve::v1::PredictResponse;
 
 namespace {
 
 constexpr absl::string_view kPredict = "Predict";
 
 // A native Predict request in flight. Owns the parsed request (its inputs
-// are views into it) and the response, which it serialises into gRPC's
-// response buffer before finishing the call.
+// are views into it); writes the response into gRPC's response buffer
+// before finishing the call.
 class PredictTask final : public RpcInferTask {
  public:
   PredictTask(const UnaryCall& call, std::unique_ptr<SlicedPredictRequest> request,
@@ -42,31 +42,25 @@ class PredictTask final : public RpcInferTask {
 
   void Finish(absl::StatusOr<std::vector<Tensor>> outputs,
               const RunStats& stats) override {
-    response_.set_queue_time_us(absl::ToInt64Microseconds(stats.queue_time));
-    response_.set_compute_time_us(absl::ToInt64Microseconds(stats.compute_time));
-    response_.set_batch_rows(stats.batch_rows);
     if (!outputs.ok()) {
       Complete(outputs.status(), stats);
       return;
     }
+    // Written straight into the response's slice (predict_response.h).
     const ModelInfo& info = ServableOf(model_).info();
-    response_.set_model_name(info.name);
-    response_.set_model_version(info.version);
-    response_.set_device(info.device);
-    for (Tensor& o : *outputs) {
-      auto* t = response_.add_outputs();
-      t->set_name(o.name);
-      t->set_dtype(ProtoDataType(o.dtype));
-      for (int64_t d : o.shape) t->add_shape(d);
-      *t->mutable_data() = std::move(o.data);
-    }
-    Complete(SerializeResponse(response_, response_bytes_), stats);
+    const PredictResponseFields fields{
+        .model_name = info.name,
+        .model_version = info.version,
+        .device = info.device,
+        .queue_time_us = absl::ToInt64Microseconds(stats.queue_time),
+        .compute_time_us = absl::ToInt64Microseconds(stats.compute_time),
+        .batch_rows = stats.batch_rows};
+    Complete(WritePredictResponse(fields, *outputs, response_bytes_), stats);
   }
 
  private:
   const std::unique_ptr<SlicedPredictRequest> request_;  // the inputs' bytes
   grpc::ByteBuffer* const response_bytes_;
-  PredictResponse response_;  // serialised into response_bytes_ in Finish
   const ServableHandle model_;  // released when the task is destroyed
 };
 
