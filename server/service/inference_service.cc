@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "proto/dtype/dtype_map.h"
 #include "server/service/infer_task.h"
-#include "server/service/predict_response.h"
+#include "server/service/response_writer.h"
 #include "server/service/inflate_body.h"
 #include "server/service/raw_call.h"
 #include "server/service/rpc_task.h"
@@ -46,9 +46,9 @@ class PredictTask final : public RpcInferTask {
       Complete(outputs.status(), stats);
       return;
     }
-    // Written straight into the response's slice (predict_response.h).
+    // Written straight into the response's slice (response_writer.h).
     const ModelInfo& info = ServableOf(model_).info();
-    const PredictResponseFields fields{
+    const ResponseFields fields{
         .model_name = info.name,
         .model_version = info.version,
         .device = info.device,

@@ -17,7 +17,6 @@ namespace metalserve {
 
 using inference::InferTensorContents;
 using inference::ModelInferRequest;
-using inference::ModelInferResponse;
 
 namespace {
 
@@ -184,19 +183,6 @@ absl::StatusOr<std::vector<size_t>> SelectKServeOutputs(
     picked.push_back(s);
   }
   return picked;
-}
-
-void EncodeKServeOutputs(std::vector<Tensor>& outputs,
-                         const std::vector<size_t>& selected,
-                         ModelInferResponse* response) {
-  for (size_t s : selected) {
-    Tensor& o = outputs[s];
-    auto* t = response->add_outputs();
-    t->set_name(o.name);
-    t->set_datatype(std::string(KServeDatatype(o.dtype)));
-    for (int64_t d : o.shape) t->add_shape(d);
-    *response->add_raw_output_contents() = std::move(o.data);
-  }
 }
 
 inference::ModelConfig KServeModelConfig(const ModelInfo& info, int64_t max_batch_size) {

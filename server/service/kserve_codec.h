@@ -46,12 +46,6 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
 absl::StatusOr<std::vector<size_t>> SelectKServeOutputs(
     const inference::ModelInferRequest& request, const std::vector<TensorSpec>& specs);
 
-// Appends the outputs picked by `selected` to `response` as
-// raw_output_contents, moving their bytes out of `outputs`.
-void EncodeKServeOutputs(std::vector<Tensor>& outputs,
-                         const std::vector<size_t>& selected,
-                         inference::ModelInferResponse* response);
-
 // The platform ModelMetadata and ModelConfig report (Triton's name).
 inline constexpr char kKServePlatform[] = "pytorch_libtorch";
 

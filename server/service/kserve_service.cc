@@ -11,6 +11,7 @@
 #include "server/service/kserve_codec.h"
 #include "server/service/inflate_body.h"
 #include "server/service/raw_call.h"
+#include "server/service/response_writer.h"
 #include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
 #include "server/service/tensor_codec.h"
@@ -18,16 +19,11 @@
 namespace metalserve {
 
 using inference::ModelInferRequest;
-using inference::ModelInferResponse;
 
 namespace {
 
 constexpr absl::string_view kModelInfer = "ModelInfer";
 constexpr absl::string_view kPlatform = kKServePlatform;
-
-void SetInt64Param(absl::string_view key, int64_t value, ModelInferResponse* r) {
-  (*r->mutable_parameters())[std::string(key)].set_int64_param(value);
-}
 
 // A ModelInfer request in flight. Owned by the batcher, then the batch;
 // finishes its RPC exactly once.
@@ -55,15 +51,16 @@ class KServeTask final : public RpcInferTask {
       Complete(outputs.status(), stats);
       return;
     }
+    // Written straight into the response's slice (response_writer.h).
     const ModelInfo& info = ServableOf(model_).info();
-    response_.set_model_name(info.name);
-    response_.set_model_version(info.version);
-    response_.set_id(request_->skeleton.id());
-    SetInt64Param("queue_time_us", absl::ToInt64Microseconds(stats.queue_time), &response_);
-    SetInt64Param("compute_time_us", absl::ToInt64Microseconds(stats.compute_time), &response_);
-    SetInt64Param("batch_rows", stats.batch_rows, &response_);
-    EncodeKServeOutputs(*outputs, outputs_, &response_);
-    Complete(SerializeResponse(response_, response_bytes_), stats);
+    const ResponseFields fields{
+        .model_name = info.name,
+        .model_version = info.version,
+        .id = request_->skeleton.id(),
+        .queue_time_us = absl::ToInt64Microseconds(stats.queue_time),
+        .compute_time_us = absl::ToInt64Microseconds(stats.compute_time),
+        .batch_rows = stats.batch_rows};
+    Complete(WriteModelInferResponse(fields, *outputs, outputs_, response_bytes_), stats);
   }
 
  private:
@@ -78,7 +75,6 @@ class KServeTask final : public RpcInferTask {
 
   const std::unique_ptr<SlicedModelInferRequest> request_;  // the inputs' bytes
   grpc::ByteBuffer* const response_bytes_;
-  ModelInferResponse response_;  // serialised into response_bytes_ in Finish
   const std::vector<std::string> storage_;
   const std::vector<size_t> outputs_;
   const ServableHandle model_;  // released when the task is destroyed

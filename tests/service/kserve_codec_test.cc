@@ -114,20 +114,6 @@ TEST(SelectKServeOutputsTest, AllInModelOrderWhenNoneNamedElseTheNamedInRequestO
                                  "'logits', 'index'")));
 }
 
-TEST(EncodeKServeOutputsTest, WritesTheSelectedOutputsAsRawContents) {
-  std::vector<Tensor> outputs(2);
-  outputs[0] = {"logits", DType::kFloat32, {1, 4}, std::string(16, 'a')};
-  outputs[1] = {"index", DType::kInt64, {1}, std::string(8, 'b')};
-  inference::ModelInferResponse r;
-  EncodeKServeOutputs(outputs, {1}, &r);
-  ASSERT_EQ(r.outputs_size(), 1);
-  EXPECT_EQ(r.outputs(0).name(), "index");
-  EXPECT_EQ(r.outputs(0).datatype(), "INT64");
-  EXPECT_THAT(r.outputs(0).shape(), ElementsAre(1));
-  ASSERT_EQ(r.raw_output_contents_size(), 1);
-  EXPECT_EQ(r.raw_output_contents(0), std::string(8, 'b'));
-}
-
 TEST(KServeStatisticsTest, AddToReportsCountsAndCumulativeTimes) {
   KServeStatistics stats;
   stats.RecordSuccess(3, absl::Milliseconds(5), absl::Milliseconds(1),
