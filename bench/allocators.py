@@ -12,12 +12,12 @@ drift falls on each alike.
 
   bench/allocators.py                                 # 2 rounds, server and client on cores 0 and 1
   bench/allocators.py --rounds=3 --allocators=glibc,tcmalloc
-  bench/allocators.py --metalserve=build/metalserve   # a build that links one (CMake METALSERVE_MALLOC)
+  bench/allocators.py --metalserve=/tmp/other/metalserve   # another build
 
 Debian's libtcmalloc-minimal4 and libjemalloc2 give the libraries
 (scripts/setup installs both). Prints the median over rounds of each row and
-its ratio to glibc's; --json writes every row with its round and allocator.
-Linux only.
+its ratio to glibc's (when glibc is among --allocators); --json writes every
+row with its round and allocator. Linux only.
 """
 import argparse
 import json
@@ -81,7 +81,9 @@ def main():
                     if a.metalserve:
                         cmd.append(f"--metalserve={a.metalserve}")
                     if a.server_cpus:
-                        cmd += [f"--server_cpus={a.server_cpus}", f"--client_cpus={a.client_cpus}"]
+                        cmd.append(f"--server_cpus={a.server_cpus}")
+                    if a.client_cpus:
+                        cmd.append(f"--client_cpus={a.client_cpus}")
                     print(f"== round {r} {model} {alloc}", flush=True)
                     subprocess.run(cmd, check=True)
                     with open(out) as f:
@@ -93,19 +95,23 @@ def main():
         k = (row["payload"], row["server"], row["transport"])
         if k not in keys:
             keys.append(k)
+    def medians(k, alloc):
+        got = [x for x in rows if (x["payload"], x["server"], x["transport"]) == k
+               and x["allocator"] == alloc]
+        if not got:
+            return None
+        return (statistics.median(x["server_cpu_us_per_request"] for x in got),
+                statistics.median(x["requests_per_s"] for x in got))
+
     for k in keys:
         line = f"{k[0]:>10} {k[1]:>6} {k[2]:>3}"
-        base = None
+        base = medians(k, "glibc") if "glibc" in allocators else None
         for alloc in allocators:
-            got = [x for x in rows if (x["payload"], x["server"], x["transport"]) == k
-                   and x["allocator"] == alloc]
-            if not got:
+            m = medians(k, alloc)
+            if m is None:
                 continue
-            cpu = statistics.median(x["server_cpu_us_per_request"] for x in got)
-            rps = statistics.median(x["requests_per_s"] for x in got)
-            if alloc == "glibc":
-                base = cpu
-            ratio = f" ({cpu / base:.2f})" if base and alloc != "glibc" else ""
+            cpu, rps = m
+            ratio = f" ({cpu / base[0]:.2f})" if base and alloc != "glibc" else ""
             line += f"  {alloc} {cpu:6.1f}{ratio} {rps:6.0f}/s"
         print(line)
     if a.json:

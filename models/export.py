@@ -31,6 +31,9 @@ in CI, see README for serving your own model):
                       LibTorch 1.13 CPU (rows change with batch position)
   tiny_cnn            [N,3,8,8] -> [N,10]
   identity            [N,4] -> [N,4], returns its input
+  image_head          [N,3,224,224] -> [N,1000], the first 1,000 values of each
+                      image: an image classifier's interface with no compute
+                      (bench/transport.py's runtime share at 602 KB)
   poison              [N,4] -> [N,4] = 2*x; raises when any element is -777
   two_in_two_out      forward(image [N,3] float32, count [N,1] int64) ->
                       (scaled = image*count [N,3] float32, next = count+1 [N,1] int64)

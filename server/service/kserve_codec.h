@@ -1,7 +1,7 @@
 // KServe v2 (Open Inference Protocol) tensors <-> the project's tensor types:
 // ModelInferRequest inputs (raw_input_contents or typed
-// `contents`) -> RawInput, the request's output selection, and the encoding
-// of the model's outputs into a ModelInferResponse. The datatype table is
+// `contents`) -> RawInput and the request's output selection (the response
+// is written by response_writer.h). The datatype table is
 // proto/dtype/dtype_map.h, shared with the client.
 //
 // Free functions with no state: thread-safe. Ownership: a decoded RawInput

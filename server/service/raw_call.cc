@@ -4,8 +4,6 @@
 #include "glog/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/support/proto_buffer_reader.h"
-#include "grpcpp/impl/codegen/proto_utils.h"
-#include "grpcpp/support/proto_buffer_writer.h"
 
 namespace metalserve {
 
@@ -40,15 +38,6 @@ int MethodIndex(absl::string_view service, absl::string_view method) {
       s != nullptr ? s->FindMethodByName(std::string(method)) : nullptr;
   CHECK(m != nullptr) << "no method " << method << " in service " << service;
   return m->index();
-}
-
-absl::Status SerializeResponse(const google::protobuf::Message& msg, grpc::ByteBuffer* out) {
-  bool own_buffer = false;
-  grpc::Status s = grpc::SerializationTraits<google::protobuf::Message>::Serialize(
-      msg, out, &own_buffer);
-  if (s.ok()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(
-      "cannot serialise the ", msg.GetDescriptor()->full_name(), ": ", s.error_message()));
 }
 
 }  // namespace metalserve

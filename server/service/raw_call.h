@@ -35,9 +35,6 @@ absl::Status ParseRequestBody(grpc::ByteBuffer* body, google::protobuf::Message*
 // generated descriptor. Dies when either is unknown (a programming error).
 int MethodIndex(absl::string_view service, absl::string_view method);
 
-// Serialises `msg` into `out`; INTERNAL when it cannot be.
-absl::Status SerializeResponse(const google::protobuf::Message& msg, grpc::ByteBuffer* out);
-
 }  // namespace metalserve
 
 #endif  // METALSERVE_SERVER_SERVICE_RAW_CALL_H_

@@ -176,6 +176,8 @@ TEST(ModelInferResponseTest, ZeroParametersAndEmptyContentsAreWritten) {
   // A set oneof member is written when zero; each raw_output_contents
   // element is written when empty; an absent id and version are left out.
   ExpectSameAsKServe({.model_name = "m"}, {Output("o", DType::kBool, {0}, "")}, {0});
+  // An output with no name, datatype or shape is still an (empty) entry.
+  ExpectSameAsKServe({}, {Output("", DType::kInvalid, {}, "")}, {0});
   ExpectSameAsKServe({}, {}, {});
 }
 
