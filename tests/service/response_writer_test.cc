@@ -61,17 +61,22 @@ std::string Reference(const ResponseFields& f, const std::vector<Tensor>& output
   return Deterministic(r);
 }
 
-void ExpectSameAsProtobuf(const ResponseFields& f, const std::vector<Tensor>& outputs) {
-  grpc::ByteBuffer buffer;
-  ASSERT_TRUE(WritePredictResponse(f, outputs, &buffer).ok());
+// The writer's bytes are `want`'s, and both parse to the same `Message`.
+template <typename Message>
+void ExpectSameBytes(const grpc::ByteBuffer& buffer, const std::string& want) {
   const std::string written = Flatten(buffer);
-  const std::string want = Reference(f, outputs);
   EXPECT_EQ(written, want);
-  v1::PredictResponse parsed, expected;
+  Message parsed, expected;
   ASSERT_TRUE(parsed.ParseFromString(written));
   ASSERT_TRUE(expected.ParseFromString(want));
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, expected))
       << parsed.DebugString();
+}
+
+void ExpectSameAsProtobuf(const ResponseFields& f, const std::vector<Tensor>& outputs) {
+  grpc::ByteBuffer buffer;
+  ASSERT_TRUE(WritePredictResponse(f, outputs, &buffer).ok());
+  ExpectSameBytes<v1::PredictResponse>(buffer, Reference(f, outputs));
 }
 
 Tensor Output(std::string name, DType dtype, std::vector<int64_t> shape, std::string data) {
@@ -156,14 +161,7 @@ void ExpectSameAsKServe(const ResponseFields& f, const std::vector<Tensor>& outp
                         const std::vector<size_t>& selected) {
   grpc::ByteBuffer buffer;
   ASSERT_TRUE(WriteModelInferResponse(f, outputs, selected, &buffer).ok());
-  const std::string written = Flatten(buffer);
-  const std::string want = KServeReference(f, outputs, selected);
-  EXPECT_EQ(written, want);
-  inference::ModelInferResponse parsed, expected;
-  ASSERT_TRUE(parsed.ParseFromString(written));
-  ASSERT_TRUE(expected.ParseFromString(want));
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, expected))
-      << parsed.DebugString();
+  ExpectSameBytes<inference::ModelInferResponse>(buffer, KServeReference(f, outputs, selected));
 }
 
 TEST(ModelInferResponseTest, AsTheServerAnswersIt) {
