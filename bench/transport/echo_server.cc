@@ -257,6 +257,7 @@ int Main() {
     builder.SetOption(metalserve::UnixSocketBufferOption(b));
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
+  builder.SetMaxSendMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
   for (const std::string& kv : absl::GetFlag(FLAGS_channel_arg)) {
     const std::vector<std::string> parts = absl::StrSplit(kv, absl::MaxSplits('=', 1));
     int value = 0;
@@ -266,7 +267,6 @@ int Main() {
     }
     builder.AddChannelArgument(parts[0], value);
   }
-  builder.SetMaxSendMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
     std::cerr << "echo_server: cannot listen on " << address << "\n";

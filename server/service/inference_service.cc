@@ -8,9 +8,9 @@
 #include "absl/time/clock.h"
 #include "proto/dtype/dtype_map.h"
 #include "server/service/infer_task.h"
-#include "server/service/response_writer.h"
 #include "server/service/inflate_body.h"
 #include "server/service/raw_call.h"
+#include "server/service/response_writer.h"
 #include "server/service/rpc_task.h"
 #include "server/service/status_util.h"
 #include "server/service/tensor_codec.h"
@@ -47,15 +47,9 @@ class PredictTask final : public RpcInferTask {
       return;
     }
     // Written straight into the response's slice (response_writer.h).
-    const ModelInfo& info = ServableOf(model_).info();
-    const ResponseFields fields{
-        .model_name = info.name,
-        .model_version = info.version,
-        .device = info.device,
-        .queue_time_us = absl::ToInt64Microseconds(stats.queue_time),
-        .compute_time_us = absl::ToInt64Microseconds(stats.compute_time),
-        .batch_rows = stats.batch_rows};
-    Complete(WritePredictResponse(fields, *outputs, response_bytes_), stats);
+    Complete(WritePredictResponse(ServedResponseFields(ServableOf(model_).info(), stats),
+                                  *outputs, response_bytes_),
+             stats);
   }
 
  private:

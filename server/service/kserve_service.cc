@@ -52,14 +52,8 @@ class KServeTask final : public RpcInferTask {
       return;
     }
     // Written straight into the response's slice (response_writer.h).
-    const ModelInfo& info = ServableOf(model_).info();
-    const ResponseFields fields{
-        .model_name = info.name,
-        .model_version = info.version,
-        .id = request_->skeleton.id(),
-        .queue_time_us = absl::ToInt64Microseconds(stats.queue_time),
-        .compute_time_us = absl::ToInt64Microseconds(stats.compute_time),
-        .batch_rows = stats.batch_rows};
+    ResponseFields fields = ServedResponseFields(ServableOf(model_).info(), stats);
+    fields.id = request_->skeleton.id();
     Complete(WriteModelInferResponse(fields, *outputs, outputs_, response_bytes_), stats);
   }
 

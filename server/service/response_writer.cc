@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "glog/logging.h"
 #include "grpcpp/support/slice.h"
 #include "proto/dtype/dtype_map.h"
@@ -177,6 +178,15 @@ char* PutOutput(const Tensor& t, char* p) {
 }  // namespace kserve
 
 }  // namespace
+
+ResponseFields ServedResponseFields(const ModelInfo& info, const RunStats& stats) {
+  return {.model_name = info.name,
+          .model_version = info.version,
+          .device = info.device,
+          .queue_time_us = absl::ToInt64Microseconds(stats.queue_time),
+          .compute_time_us = absl::ToInt64Microseconds(stats.compute_time),
+          .batch_rows = stats.batch_rows};
+}
 
 absl::Status WritePredictResponse(const ResponseFields& f, const std::vector<Tensor>& outputs,
                                   grpc::ByteBuffer* out) {

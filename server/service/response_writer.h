@@ -23,6 +23,8 @@
 #include "absl/strings/string_view.h"
 #include "common/tensor.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/runtime/runner.h"
+#include "server/service/infer_task.h"
 
 namespace metalserve {
 
@@ -39,6 +41,10 @@ struct ResponseFields {
   int64_t compute_time_us = 0;
   int64_t batch_rows = 0;
 };
+
+// The fields both services answer with: the serving model's name, version
+// and device, and the batch's times and rows (the caller adds KServe's id).
+ResponseFields ServedResponseFields(const ModelInfo& info, const RunStats& stats);
 
 // Replaces `out` with the serialised metalserve.v1.PredictResponse; INTERNAL
 // when it would pass protobuf's 2 GiB limit (no client could parse it).
