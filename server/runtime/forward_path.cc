@@ -97,6 +97,9 @@ std::vector<c10::IValue> ForwardPath::ToDevice(const std::vector<at::Tensor>& ho
                                                at::ScalarType compute) const {
   const c10::Device& dev = device_->device();
   std::vector<c10::IValue> args;
+  // One slot more than the inputs: Method::operator() puts the module in
+  // front of them, which otherwise reallocates the vector every forward.
+  args.reserve(host.size() + 1);
   for (const at::Tensor& h : host) {
     at::Tensor x;
     if (dev.is_cuda()) {
@@ -139,6 +142,10 @@ absl::StatusOr<std::vector<at::Tensor>> ForwardPath::FromDevice(const c10::IValu
     // cast on the host. A channels-last output is made contiguous where it
     // is too.
     at::Tensor t = std::move(tensors[i]);
+    if (t.is_cpu() && t.scalar_type() == want && t.is_contiguous()) {
+      tensors[i] = std::move(t);  // already what the answer needs
+      continue;
+    }
     if (t.is_cuda() || (t.is_mps() && want != at::kDouble && want != at::kBFloat16)) {
       t = t.to(want).contiguous();
     }
