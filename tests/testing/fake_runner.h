@@ -7,6 +7,8 @@
 //    model that raises);
 //  * batches of more than `oom_above_rows` rows fail with RESOURCE_EXHAUSTED;
 //  * Close the gate (CloseGate) to hold every Run until OpenGate;
+//  * set_on_run(fn): fn runs inside every Run, past the gate (a test's
+//    simulated clock advanced by a forward's "duration", say);
 //  * every Run's row count is recorded (batch_rows()), and the first value
 //    of every row it was given (row_first_values()): the log of what ran.
 //
@@ -15,6 +17,7 @@
 #define METALSERVE_TESTS_TESTING_FAKE_RUNNER_H_
 
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +48,7 @@ class FakeRunner final : public Runner {
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override {
     const Tensor& in = inputs.at(0);
     const float* x = reinterpret_cast<const float*>(in.data.data());
+    std::function<void()> on_run;
     {
       absl::MutexLock l(&mu_);
       batch_rows_.push_back(in.rows());
@@ -56,7 +60,9 @@ class FakeRunner final : public Runner {
         return absl::ResourceExhaustedError(absl::StrCat(
             "fake device out of memory for ", in.rows(), " rows"));
       }
+      on_run = on_run_;
     }
+    if (on_run) on_run();
     for (int64_t r = 0; r < in.rows(); ++r) {
       if (x[r * kWidth] == kPoison) {
         return absl::InternalError("model raised: poison row found");
@@ -92,6 +98,10 @@ class FakeRunner final : public Runner {
     auto cond = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return running_ >= n; };
     mu_.Await(absl::Condition(&cond));
   }
+  void set_on_run(std::function<void()> fn) {
+    absl::MutexLock l(&mu_);
+    on_run_ = std::move(fn);
+  }
   void set_oom_above_rows(int64_t rows) {
     absl::MutexLock l(&mu_);
     oom_above_rows_ = rows;
@@ -113,6 +123,7 @@ class FakeRunner final : public Runner {
   bool gate_open_ ABSL_GUARDED_BY(mu_) = true;
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t oom_above_rows_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void()> on_run_ ABSL_GUARDED_BY(mu_);
   int idle_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int busy_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> batch_rows_ ABSL_GUARDED_BY(mu_);

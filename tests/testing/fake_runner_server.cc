@@ -35,7 +35,7 @@ ServerOptions LoopbackServerOptions() {
 
 absl::Status FakeRunnerServerTest::StartFakeServer(const ServerOptions& so) {
   metrics_ = MetricsWithoutListener();
-  auto server = InferenceServer::Start(so, &runner_, metrics_.get());
+  auto server = InferenceServer::Start(so, &runner_, metrics_.get(), clock_);
   if (!server.ok()) return server.status();
   server_ = *std::move(server);
   return absl::OkStatus();

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
 #include "metalserve/v1/inference.grpc.pb.h"
 #include "server/metrics/metrics.h"
@@ -42,7 +43,8 @@ ServerOptions LoopbackServerOptions();
 class FakeRunnerServerTest : public ::testing::Test {
  protected:
   // Starts server_ with `so`, serving runner_ and recording into a fresh
-  // metrics_ without listener. On error server_ stays empty.
+  // metrics_ without listener, on clock_ (the real clock when null). On
+  // error server_ stays empty.
   absl::Status StartFakeServer(const ServerOptions& so);
   // "127.0.0.1:<port>" of the started server.
   std::string ServerTarget() const;
@@ -57,6 +59,7 @@ class FakeRunnerServerTest : public ::testing::Test {
   double ServerCount(absl::string_view method, absl::string_view code) const;
 
   FakeRunner runner_;
+  Clock* clock_ = nullptr;  // not owned; set before StartFakeServer
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<InferenceServer> server_;
 };
