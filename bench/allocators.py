@@ -33,15 +33,16 @@ LIBRARIES = {"glibc": None, "tcmalloc": "libtcmalloc_minimal.so.4",
              "jemalloc": "libjemalloc.so.2"}
 
 
-def library(name):
-    """The shared object to preload for `name` ('' for glibc)."""
+def library(name, libdirs=LIBDIRS):
+    """The shared object to preload for `name` ('' for glibc), from the
+    first of `libdirs` that has it."""
     if LIBRARIES[name] is None:
         return ""
-    for d in LIBDIRS:
+    for d in libdirs:
         path = os.path.join(d, LIBRARIES[name])
         if os.path.exists(path):
             return path
-    raise SystemExit(f"{name}: {LIBRARIES[name]} not found in {', '.join(LIBDIRS)} "
+    raise SystemExit(f"{name}: {LIBRARIES[name]} not found in {', '.join(libdirs)} "
                      "(apt-get install libtcmalloc-minimal4 libjemalloc2)")
 
 
@@ -59,13 +60,18 @@ def main():
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--server_cpus", default="0")
     p.add_argument("--client_cpus", default="1")
+    p.add_argument("--libdirs", default=",".join(LIBDIRS),
+                   help="folders searched for the allocators' libraries, in order (on the GPU "
+                   "host, where .devtools/gpu-env.sh unpacks Debian's under /opt/deb: "
+                   "/opt/deb/usr/lib/x86_64-linux-gnu)")
     p.add_argument("--json", default="")
     a = p.parse_args()
     allocators = [x for x in a.allocators.split(",") if x]
     for x in allocators:
         if x not in LIBRARIES:
             raise SystemExit(f"--allocators: unknown '{x}' ({', '.join(LIBRARIES)})")
-    libs = {x: library(x) for x in allocators}
+    libdirs = [d for d in a.libdirs.split(",") if d]
+    libs = {x: library(x, libdirs) for x in allocators}
     rows = []
     with tempfile.TemporaryDirectory(prefix="metalserve-allocators-") as tmp:
         for r in range(1, a.rounds + 1):
