@@ -19,7 +19,6 @@
 namespace metalserve {
 
 using inference::ModelInferRequest;
-using inference::ModelInferResponse;
 using Json = nlohmann::json;
 
 namespace {
@@ -365,16 +364,18 @@ Json DataOf(const Tensor& t) {
 
 }  // namespace
 
-RestBody EncodeRestInferResponse(const ModelInferResponse& header,
+RestBody EncodeRestInferResponse(const ResponseFields& fields,
                                  const std::vector<Tensor>& outputs,
                                  const std::vector<size_t>& selected,
                                  const std::vector<bool>& binary) {
-  Json root = {{"model_name", header.model_name()},
-               {"model_version", header.model_version()}};
-  if (!header.id().empty()) root["id"] = header.id();
-  Json params = Json::object();
-  for (const auto& [key, value] : header.parameters()) params[key] = value.int64_param();
-  if (!params.empty()) root["parameters"] = std::move(params);
+  // The same fields, and the same three int64 parameters, as a ModelInfer
+  // answer (WriteModelInferResponse).
+  Json root = {{"model_name", fields.model_name},
+               {"model_version", fields.model_version},
+               {"parameters", {{"batch_rows", fields.batch_rows},
+                               {"compute_time_us", fields.compute_time_us},
+                               {"queue_time_us", fields.queue_time_us}}}};
+  if (!fields.id.empty()) root["id"] = fields.id;
   Json outs = Json::array();
   std::vector<const std::string*> tail;
   for (size_t i = 0; i < selected.size(); ++i) {

@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.pb.h"
 #include "common/tensor.h"
+#include "server/service/response_writer.h"
 
 namespace metalserve {
 
@@ -65,12 +66,15 @@ struct RestBody {
   bool has_binary = false;
 };
 
-// Encodes the outputs picked by `selected` (indices into `outputs`) into a
-// response body; `binary[i]` says how to send selected[i]. `parameters` are
-// copied into the response's "parameters" object (int64 values).
-RestBody EncodeRestInferResponse(
-    const inference::ModelInferResponse& header, const std::vector<Tensor>& outputs,
-    const std::vector<size_t>& selected, const std::vector<bool>& binary);
+// Encodes `fields` (model name and version, the id when not empty, and the
+// times and rows as the "parameters" object, as ModelInfer answers them) and
+// the outputs picked by `selected` (indices into `outputs`) into a response
+// body; `binary[i]` says how to send selected[i]. `fields.device` is not
+// sent (KServe's answer has no such field).
+RestBody EncodeRestInferResponse(const ResponseFields& fields,
+                                 const std::vector<Tensor>& outputs,
+                                 const std::vector<size_t>& selected,
+                                 const std::vector<bool>& binary);
 
 // {"error": message}.
 std::string RestErrorBody(absl::string_view message);

@@ -15,6 +15,7 @@
 #include "server/service/infer_task.h"
 #include "server/service/kserve_codec.h"
 #include "server/service/raw_call.h"
+#include "server/service/response_writer.h"
 #include "server/service/rest_call.h"
 #include "server/service/rest_codec.h"
 #include "server/service/rest_server.h"
@@ -25,10 +26,6 @@ namespace metalserve {
 namespace {
 
 constexpr absl::string_view kModelInfer = "http_ModelInfer";
-
-void SetInt64Param(absl::string_view key, int64_t value, inference::ModelInferResponse* r) {
-  (*r->mutable_parameters())[std::string(key)].set_int64_param(value);
-}
 
 // Where an infer's outcome is recorded: the metrics and the access log
 // (either may be null). `model_metrics`: the series of the version the
@@ -94,15 +91,9 @@ class RestInferTask final : public InferTask {
       Complete(ErrorAnswer(outputs.status()), outputs.status(), stats);
       return;
     }
-    inference::ModelInferResponse header;
-    const ModelInfo& info = ServableOf(model_).info();
-    header.set_model_name(info.name);
-    header.set_model_version(info.version);
-    header.set_id(request_->request.id());
-    SetInt64Param("queue_time_us", absl::ToInt64Microseconds(stats.queue_time), &header);
-    SetInt64Param("compute_time_us", absl::ToInt64Microseconds(stats.compute_time), &header);
-    SetInt64Param("batch_rows", stats.batch_rows, &header);
-    RestBody body = EncodeRestInferResponse(header, *outputs, outputs_, binary_);
+    ResponseFields fields = ServedResponseFields(ServableOf(model_).info(), stats);
+    fields.id = request_->request.id();
+    RestBody body = EncodeRestInferResponse(fields, *outputs, outputs_, binary_);
     RestAnswer a;
     a.body = std::move(body.body);
     a.json_length = body.json_length;

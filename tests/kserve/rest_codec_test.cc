@@ -113,16 +113,22 @@ TEST(RestCodecTest, OutputsAreJsonOrBinaryAsAsked) {
   std::vector<Tensor> outputs(2);
   outputs[0] = {"y", DType::kFloat16, {1, 2}, Bytes<uint16_t>({0x3E00, 0xC000})};
   outputs[1] = {"z", DType::kBool, {2}, Bytes<uint8_t>({1, 0})};
-  inference::ModelInferResponse header;
-  header.set_model_name("m");
-  RestBody out = EncodeRestInferResponse(header, outputs, {1, 0}, {false, true});
+  const ResponseFields fields{.model_name = "m", .model_version = "3", .id = "req-9",
+                              .queue_time_us = 5, .compute_time_us = 7, .batch_rows = 2};
+  RestBody out = EncodeRestInferResponse(fields, outputs, {1, 0}, {false, true});
   ASSERT_TRUE(out.has_binary);
   Json j = Json::parse(out.body.substr(0, out.json_length));
+  EXPECT_EQ(j["model_name"], "m");
+  EXPECT_EQ(j["model_version"], "3");
+  EXPECT_EQ(j["id"], "req-9");
+  EXPECT_EQ(j["parameters"], Json({{"batch_rows", 2}, {"compute_time_us", 7},
+                                   {"queue_time_us", 5}}));
   EXPECT_EQ(j["outputs"][0]["data"], Json({true, false}));
   EXPECT_EQ(j["outputs"][1]["parameters"]["binary_data_size"], 4);
   EXPECT_EQ(out.body.substr(out.json_length), outputs[0].data);
-  out = EncodeRestInferResponse(header, outputs, {0}, {false});
+  out = EncodeRestInferResponse({.model_name = "m"}, outputs, {0}, {false});
   EXPECT_EQ(Json::parse(out.body)["outputs"][0]["data"], Json({1.5, -2.0}));
+  EXPECT_FALSE(Json::parse(out.body).contains("id")) << "an empty id is not sent";
 }
 
 }  // namespace
