@@ -90,10 +90,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::vector<bool> binary(selected->size());
   for (size_t i = 0; i < binary.size(); ++i) binary[i] = (i % 2) == 0;
-  inference::ModelInferResponse header;
-  header.set_id(r.id());
+  const metalserve::ResponseFields fields{.model_name = "m", .id = r.id()};
   const metalserve::RestBody out =
-      metalserve::EncodeRestInferResponse(header, outputs, *selected, binary);
+      metalserve::EncodeRestInferResponse(fields, outputs, *selected, binary);
   Check(out.json_length <= out.body.size());
   return 0;
 }
