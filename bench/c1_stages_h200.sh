@@ -4,7 +4,10 @@
 # starts it) with --access_log, one metalserve-bench client at c=1, then the
 # medians of the access log's queue_us, compute_us (RunBatch's wall time:
 # staging copy, hand-off to the device thread, H2D, forward, D2H, outputs)
-# and total_us (arrival to answer) beside the client's p50, the echo
+# and total_us (arrival to answer), and the runner's own split of compute
+# (metalserve_compute_stage_seconds_total: assemble, wait, device, outputs;
+# means per batch over the run, the client's warm-up included) beside the
+# client's p50, the echo
 # server's c=1 p50 (gRPC alone) and the raw batch-1 forward back to back and
 # after 500 us idle (runtime_bench --gap_us). The same for the null runner
 # (no model work). ROUNDS rounds (default 2). On the GPU host
@@ -54,11 +57,31 @@ stop() {  # stop PID: SIGTERM, SIGKILL after 30 s
   kill -9 "$1" 2>/dev/null
   wait "$1" 2>/dev/null
 }
+compute_stages() {  # compute_stages METRICS_PORT: the runner's stage means per batch so far
+  python3 - "$1" <<'PY'
+import re, sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
+def total(name, label=""):
+    return sum(float(m.group(1)) for m in re.finditer(
+        rf'^{name}{{[^}}]*{label}[^}}]*}} (\S+)$', text, re.M))
+n = total("metalserve_compute_stage_batches_total")
+if not n:
+    sys.exit("  no timed batches in /metrics")
+parts = []
+for s in ("assemble", "wait", "device", "outputs"):
+    label = 'stage="%s"' % s
+    parts.append("%s %.3f" % (s, 1e3 * total("metalserve_compute_stage_seconds_total", label) / n))
+compute = total("metalserve_compute_duration_seconds_sum") / max(1, total("metalserve_compute_duration_seconds_count"))
+print(f"  runner stages, mean of {n:.0f} batches (ms): {', '.join(parts)};"
+      f" the executor's whole batch, answers included, {1e3 * compute:.3f}")
+PY
+}
 serve() {  # serve LABEL MODEL_ARG: prints the client's p50 and the stages
-  local label=$1 model=$2 port log=$OUT/access-$1-$r.log
+  local label=$1 model=$2 port mport log=$OUT/access-$1-$r.log
   port=$(free_port)
+  mport=$(free_port)
   rm -f "$log"
-  build-gpu/metalserve --model="$model" --address=127.0.0.1:$port --metrics_address= \
+  build-gpu/metalserve --model="$model" --address=127.0.0.1:$port --metrics_address=127.0.0.1:$mport \
     --http_address= --device=cuda --threads=8 --precision=fp32 --optimize=auto \
     --max_batch_size=1 --monitor_log_interval=0 --access_log="$log" > "$OUT/server-$label.log" 2>&1 &
   local pid=$!
@@ -67,9 +90,12 @@ serve() {  # serve LABEL MODEL_ARG: prints the client's p50 and the stages
   fi
   "${bench[@]}" --target=127.0.0.1:$port --duration=4s --warmup=1s > "$OUT/c.json" ||
     { echo "$label: client failed"; tail -5 "$OUT/server-$label.log"; stop "$pid"; return 1; }
+  local runner_stages
+  runner_stages=$(compute_stages "$mport" 2>&1)
   stop "$pid"
   echo "$label: client p50 $(p50 "$OUT/c.json") ms"
   stages "$log"
+  echo "$runner_stages"
 }
 for r in $(seq "${ROUNDS:-2}"); do
   echo "== round $r"

@@ -1,6 +1,7 @@
 #include "server/metrics/metrics.h"
 
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -304,6 +305,15 @@ class ModelMetricsImpl final : public ModelMetrics {
     series_.cut_rows->Increment(static_cast<double>(rows_left));
   }
   void BatchInline() override { series_.inline_batches->Increment(); }
+  void BatchStages(absl::Duration assemble, absl::Duration wait, absl::Duration device,
+                   absl::Duration outputs) override {
+    const absl::Duration took[] = {assemble, wait, device, outputs};
+    static_assert(std::size(took) == metrics_internal::kComputeStages.size());
+    for (size_t i = 0; i < std::size(took); ++i) {
+      series_.stage_seconds[i]->Increment(absl::ToDoubleSeconds(took[i]));
+    }
+    series_.stage_batches->Increment();
+  }
   void SetQueueDepth(int64_t rows) override {
     series_.queue_depth->Set(static_cast<double>(rows));
   }

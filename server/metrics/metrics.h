@@ -193,6 +193,11 @@ class ModelMetrics {
   // A batch run on the thread that received its call, not an executor's:
   // batches_inline_total. Default: nothing (fakes).
   virtual void BatchInline() {}
+  // Where a batch's compute time went, for a runtime that times its stages
+  // (runner.h's ComputeStages): compute_stage_seconds_total{stage} and
+  // compute_stage_batches_total. Default: nothing (fakes).
+  virtual void BatchStages(absl::Duration /*assemble*/, absl::Duration /*wait*/,
+                           absl::Duration /*device*/, absl::Duration /*outputs*/) {}
   // A batch of `rows` rows (padding included) that `device` ran
   // successfully, its forward taking `took`: device_batches_total,
   // device_batch_rows_total and device_busy_seconds_total. A hybrid model's

@@ -153,6 +153,19 @@ BatchFamilies::BatchFamilies(prometheus::Registry& registry)
                                "(--inline_max_cost), by model version; also counted in "
                                "metalserve_batches_total.")
                          .Register(registry)),
+      stage_seconds(prometheus::BuildCounter()
+                        .Name("metalserve_compute_stage_seconds_total")
+                        .Help("Where batches' compute time went, by model version and "
+                              "stage: assemble (rows copied into the batch's host buffer), "
+                              "wait (for the device thread), device (inputs to the device, "
+                              "forward, outputs back), outputs (into the answers' tensors); "
+                              "for the batches in metalserve_compute_stage_batches_total.")
+                        .Register(registry)),
+      stage_batches(prometheus::BuildCounter()
+                        .Name("metalserve_compute_stage_batches_total")
+                        .Help("Batches whose runtime timed their stages "
+                              "(metalserve_compute_stage_seconds_total), by model version.")
+                        .Register(registry)),
       batches(prometheus::BuildCounter()
                   .Name("metalserve_batches_total")
                   .Help("Batches run, by model version and the reason the batch closed.")

@@ -151,8 +151,8 @@ class PriorityFamilies {
 // The batching edge, per model version (model_series.h adds the children):
 // queue_duration_seconds, compute_duration_seconds, batch_size_rows,
 // batch_padding_rows_total, batches_cut_total, batch_cut_rows_total,
-// batches_inline_total,
-// batches_total{reason}, queue_depth_rows,
+// batches_inline_total, compute_stage_seconds_total{stage},
+// compute_stage_batches_total, batches_total{reason}, queue_depth_rows,
 // queue_capacity_rows and the device_* counters, every one labelled
 // {model,version}.
 struct BatchFamilies {
@@ -165,6 +165,8 @@ struct BatchFamilies {
   prometheus::Family<prometheus::Counter>& cut_batches;
   prometheus::Family<prometheus::Counter>& cut_rows;
   prometheus::Family<prometheus::Counter>& inline_batches;
+  prometheus::Family<prometheus::Counter>& stage_seconds;  // also {stage}
+  prometheus::Family<prometheus::Counter>& stage_batches;
   prometheus::Family<prometheus::Counter>& batches;
   prometheus::Family<prometheus::Gauge>& queue_depth;
   prometheus::Family<prometheus::Gauge>& queue_capacity;

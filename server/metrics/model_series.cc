@@ -75,6 +75,10 @@ std::unique_ptr<ModelSeries> ModelSeriesSet::Create(const Key& key) const {
   s->cut_batches = &batches_->cut_batches.Add(labels);
   s->cut_rows = &batches_->cut_rows.Add(labels);
   s->inline_batches = &batches_->inline_batches.Add(labels);
+  for (size_t i = 0; i < kComputeStages.size(); ++i) {
+    s->stage_seconds[i] = &batches_->stage_seconds.Add(with("stage", kComputeStages[i]));
+  }
+  s->stage_batches = &batches_->stage_batches.Add(labels);
   for (size_t r = 0; r < kBatchReasons.size(); ++r) {
     s->reasons[r] = &batches_->batches.Add(with("reason", kBatchReasons[r]));
   }
@@ -94,6 +98,8 @@ void ModelSeriesSet::Remove(const ModelSeries& s) const {
   batches_->cut_batches.Remove(s.cut_batches);
   batches_->cut_rows.Remove(s.cut_rows);
   batches_->inline_batches.Remove(s.inline_batches);
+  for (prometheus::Counter* c : s.stage_seconds) batches_->stage_seconds.Remove(c);
+  batches_->stage_batches.Remove(s.stage_batches);
   for (prometheus::Counter* c : s.reasons) batches_->batches.Remove(c);
   batches_->queue_depth.Remove(s.queue_depth);
   if (s.queue_capacity != nullptr) batches_->queue_capacity.Remove(s.queue_capacity);

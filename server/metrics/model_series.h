@@ -44,6 +44,10 @@ inline constexpr std::array<const char*, 3> kInferenceMethods = {"Predict", "Mod
 inline constexpr std::array<const char*, 7> kBatchReasons = {
     "full", "delay_expired", "no_delay", "draining", "no_gain", "priority_cap",
     kOverflowLabelValue};
+// The compute stages (runner.h's ComputeStages), in ModelMetrics::BatchStages'
+// argument order.
+inline constexpr std::array<const char*, 4> kComputeStages = {"assemble", "wait", "device",
+                                                              "outputs"};
 
 struct ModelSeries {
   std::array<MethodSeries, kInferenceMethods.size()> methods{};
@@ -54,6 +58,8 @@ struct ModelSeries {
   prometheus::Counter* cut_batches = nullptr;
   prometheus::Counter* cut_rows = nullptr;
   prometheus::Counter* inline_batches = nullptr;
+  std::array<prometheus::Counter*, kComputeStages.size()> stage_seconds{};
+  prometheus::Counter* stage_batches = nullptr;
   std::array<prometheus::Counter*, kBatchReasons.size()> reasons{};
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Gauge* queue_capacity = nullptr;  // null: no capacity given

@@ -121,6 +121,28 @@ struct MemoryStats {
   int64_t resident_bytes = -1;   // process RSS
 };
 
+// Where one batch's compute time went, for a runtime that can tell
+// (RunBatchStaged; Triton's compute_input / compute_infer / compute_output
+// split, one step finer). Wall times, each on the thread named:
+//   assemble  the batch's rows copied into one host buffer (pinned on CUDA),
+//             padding zeroed: the caller's thread (an executor's, or the
+//             gRPC thread of an inline batch);
+//   wait      from handing the batch to the device thread until it started
+//             it: the hand-off, and other batches or models ahead of it;
+//   device    on the device thread: inputs to the device, the forward and
+//             the outputs back in host memory (on CUDA the wait for the
+//             device is in here);
+//   outputs   the outputs copied into the answer's tensors.
+// The executor's compute time for the batch (RunStats::compute_time) is
+// their sum plus the calls between them.
+struct ComputeStages {
+  absl::Duration assemble;
+  absl::Duration wait;
+  absl::Duration device;
+  absl::Duration outputs;
+  bool timed = false;  // false: the runner does not time its stages
+};
+
 class Runner {
  public:
   virtual ~Runner() = default;
@@ -149,6 +171,16 @@ class Runner {
           i < info().inputs.size() ? info().inputs[i].name : std::string()));
     }
     return Run(tensors);
+  }
+
+  // RunBatch that also says where the batch's time went: a runtime that
+  // times its stages (TorchRunner) fills *stages and sets stages->timed,
+  // for a failed batch too (the stages it reached). The default runs
+  // RunBatch and leaves *stages as it is.
+  virtual absl::StatusOr<std::vector<Tensor>> RunBatchStaged(
+      const std::vector<BatchedInput>& inputs, ComputeStages* stages) {
+    (void)stages;
+    return RunBatch(inputs);
   }
 
   virtual MemoryStats Memory() = 0;

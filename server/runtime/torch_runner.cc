@@ -128,8 +128,14 @@ absl::Status TorchRunner::CheckBatchedInputs(const std::vector<BatchedInput>& in
 
 absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatch(
     const std::vector<BatchedInput>& inputs) {
+  return RunBatchStaged(inputs, nullptr);
+}
+
+absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatchStaged(
+    const std::vector<BatchedInput>& inputs, ComputeStages* stages) {
   const Running running(batches_running_);
   RETURN_IF_ERROR(CheckBatchedInputs(inputs));
+  const absl::Time start = stages != nullptr ? clock_->TimeNow() : absl::InfinitePast();
   std::vector<at::Tensor> host;
   try {
     host = HostCopies(inputs);
@@ -137,7 +143,10 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatch(
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate the batch's host buffer: ", ModelMessage(e.what())));
   }
-  return RunHost(host);
+  if (stages != nullptr) {
+    *stages = ComputeStages{.assemble = clock_->TimeNow() - start, .timed = true};
+  }
+  return RunHost(host, stages);
 }
 
 std::vector<at::Tensor> TorchRunner::HostViews(const std::vector<Tensor>& inputs) const {
@@ -175,13 +184,17 @@ std::vector<at::Tensor> TorchRunner::HostCopies(
 }
 
 absl::StatusOr<std::vector<Tensor>> TorchRunner::RunHost(
-    const std::vector<at::Tensor>& host) {
+    const std::vector<at::Tensor>& host, ComputeStages* stages) {
   absl::StatusOr<std::vector<Tensor>> result;
   // Busy for the device's cache policy from here: another model's idle
   // moment must not clear the cache under this batch.
   cache_policy_->WorkStarted();
   const int64_t rows = host.empty() || host[0].dim() == 0 ? 1 : host[0].size(0);
-  const absl::Status posted = ServeOnDevice(rows, [&] { result = Serve(host); });
+  const absl::Time posted_at = stages != nullptr ? clock_->TimeNow() : absl::InfinitePast();
+  const absl::Status posted = ServeOnDevice(rows, [&] {
+    if (stages != nullptr) stages->wait = clock_->TimeNow() - posted_at;
+    result = Serve(host, stages);
+  });
   cache_policy_->WorkEnded();
   if (!posted.ok()) return posted;
   if (result.status().code() == absl::StatusCode::kResourceExhausted) {
@@ -210,9 +223,13 @@ int TorchRunner::ServeThreads(int64_t rows) const {
 // On the device thread: the forward path (on the intra-op threads chosen for
 // its size at warm-up; intra_op_threads.h), then the outputs as project
 // tensors. Set on every batch: runners sharing the device thread may differ.
-absl::StatusOr<std::vector<Tensor>> TorchRunner::Serve(const std::vector<at::Tensor>& host) {
+absl::StatusOr<std::vector<Tensor>> TorchRunner::Serve(const std::vector<at::Tensor>& host,
+                                                       ComputeStages* stages) {
+  const absl::Time start = stages != nullptr ? clock_->TimeNow() : absl::InfinitePast();
   if (!host.empty()) SetIntraOpThreads(ServeThreads(host[0].size(0)));
   absl::StatusOr<std::vector<at::Tensor>> out = ForwardModel(host, ForwardPurpose::kServe);
+  const absl::Time forwarded = stages != nullptr ? clock_->TimeNow() : absl::InfinitePast();
+  if (stages != nullptr) stages->device = forwarded - start;
   if (!out.ok()) {
     if (out.status().code() != absl::StatusCode::kInternal) return out.status();
     return absl::InternalError(
@@ -229,6 +246,7 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::Serve(const std::vector<at::Ten
     t.data.assign(static_cast<const char*>(host_out.data_ptr()), host_out.nbytes());
     result.push_back(std::move(t));
   }
+  if (stages != nullptr) stages->outputs = clock_->TimeNow() - forwarded;
   return result;
 }
 

@@ -62,6 +62,8 @@ class TorchRunner final : public Runner {
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override;
   absl::StatusOr<std::vector<Tensor>> RunBatch(
       const std::vector<BatchedInput>& inputs) override;
+  absl::StatusOr<std::vector<Tensor>> RunBatchStaged(const std::vector<BatchedInput>& inputs,
+                                                     ComputeStages* stages) override;
   MemoryStats Memory() override { return device_->Stats(); }
   void BetweenBatches(bool idle) override { cache_policy_->BetweenBatches(idle); }
   bool DeviceIdle() const override { return device_->thread().Idle(); }
@@ -154,8 +156,14 @@ class TorchRunner final : public Runner {
   // copied once into fresh (on CUDA pinned) memory with zero padding.
   std::vector<at::Tensor> HostViews(const std::vector<Tensor>& inputs) const;
   std::vector<at::Tensor> HostCopies(const std::vector<BatchedInput>& inputs) const;
-  absl::StatusOr<std::vector<Tensor>> RunHost(const std::vector<at::Tensor>& host);
-  absl::StatusOr<std::vector<Tensor>> Serve(const std::vector<at::Tensor>& host);
+  // The batch on the device (Serve there); sets the wait, device and
+  // outputs stages of *stages when not null.
+  absl::StatusOr<std::vector<Tensor>> RunHost(const std::vector<at::Tensor>& host,
+                                              ComputeStages* stages = nullptr);
+  // On the device thread: the forward, then the outputs as project tensors;
+  // sets the device and outputs stages of *stages when not null.
+  absl::StatusOr<std::vector<Tensor>> Serve(const std::vector<at::Tensor>& host,
+                                            ComputeStages* stages);
 
   ModelInfo info_;
   Clock* clock_ = nullptr;

@@ -146,9 +146,13 @@ void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks) {
   const int64_t padded = batching_.PaddedRows(rows);
 
   const absl::Time run_start = clock_->TimeNow();
+  ComputeStages stages;
   absl::StatusOr<std::vector<Tensor>> out =
-      runner_->RunBatch(Pieces(tasks, padded));
+      runner_->RunBatchStaged(Pieces(tasks, padded), &stages);
   const absl::Time run_end = clock_->TimeNow();
+  if (stages.timed && metrics_ != nullptr) {
+    metrics_->BatchStages(stages.assemble, stages.wait, stages.device, stages.outputs);
+  }
   const absl::Duration took = run_end - run_start;
   const absl::Duration device_time = DeviceTime(run_start, run_end);
   if (out.ok() && on_cost_) on_cost_(padded, device_time);

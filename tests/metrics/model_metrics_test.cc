@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/metrics/metrics.h"
+#include "server/metrics/model_series.h"
 #include "tests/testing/metric_sample.h"
 #include "tests/testing/status_matchers.h"
 
@@ -70,6 +71,13 @@ TEST(ModelMetricsTest, CreatesEveryInferenceSeriesAtZeroWhenAVersionLoads) {
   EXPECT_THAT(Sample(s, A1("metalserve_batches_cut_total")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batch_cut_rows_total")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_inline_total")), Optional(Eq(0)));
+  for (const char* stage : metrics_internal::kComputeStages) {
+    EXPECT_THAT(Sample(s, A1("metalserve_compute_stage_seconds_total",
+                             absl::StrCat(R"(stage=")", stage, R"(")"))),
+                Optional(Eq(0)))
+        << stage;
+  }
+  EXPECT_THAT(Sample(s, A1("metalserve_compute_stage_batches_total")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_queue_depth_rows")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_queue_capacity_rows")), Optional(Eq(64)));
 }
@@ -90,6 +98,10 @@ TEST(ModelMetricsTest, RecordsRequestsAndBatchesUnderTheirVersionOnly) {
   a->BatchCut(26);
   a->BatchCut(4);
   a->BatchInline();
+  a->BatchStages(absl::Microseconds(10), absl::Microseconds(20), absl::Milliseconds(3),
+                 absl::Microseconds(40));
+  a->BatchStages(absl::Microseconds(30), absl::ZeroDuration(), absl::Milliseconds(1),
+                 absl::Microseconds(2));
   a->SetQueueDepth(12);
   const std::string s = metrics->Scrape();
   EXPECT_THAT(Sample(s, A1("metalserve_requests_total", R"(code="OK",method="Predict")")),
@@ -117,6 +129,17 @@ TEST(ModelMetricsTest, RecordsRequestsAndBatchesUnderTheirVersionOnly) {
               Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_inline_total")), Optional(Eq(1)));
   EXPECT_THAT(Sample(s, R"(metalserve_batches_inline_total{model="b",version="7"})"),
+              Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, A1("metalserve_compute_stage_seconds_total", R"(stage="assemble")")),
+              Optional(DoubleNear(40e-6, 1e-12)));
+  EXPECT_THAT(Sample(s, A1("metalserve_compute_stage_seconds_total", R"(stage="wait")")),
+              Optional(DoubleNear(20e-6, 1e-12)));
+  EXPECT_THAT(Sample(s, A1("metalserve_compute_stage_seconds_total", R"(stage="device")")),
+              Optional(DoubleNear(4e-3, 1e-12)));
+  EXPECT_THAT(Sample(s, A1("metalserve_compute_stage_seconds_total", R"(stage="outputs")")),
+              Optional(DoubleNear(42e-6, 1e-12)));
+  EXPECT_THAT(Sample(s, A1("metalserve_compute_stage_batches_total")), Optional(Eq(2)));
+  EXPECT_THAT(Sample(s, R"(metalserve_compute_stage_batches_total{model="b",version="7"})"),
               Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_total", R"(reason="full")")), Optional(Eq(1)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_total", R"(reason="other")")), Optional(Eq(1)));

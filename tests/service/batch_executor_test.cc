@@ -157,9 +157,30 @@ class BatchRecorder final : public ModelMetrics {
   }
   void SetQueueDepth(int64_t) override {}
   void BatchCut(int64_t rows_left) override { cuts.push_back(rows_left); }
+  void BatchStages(absl::Duration assemble, absl::Duration wait, absl::Duration device,
+                   absl::Duration outputs) override {
+    stages.push_back({assemble, wait, device, outputs});
+  }
   std::vector<std::pair<int64_t, int64_t>> completed;  // rows, padding
   std::vector<int64_t> cuts;
+  std::vector<std::vector<absl::Duration>> stages;  // assemble, wait, device, outputs
 };
+
+TEST_F(BatchExecutorTest, ReportsTheStagesOfEachBatchWhoseRunnerTimesThem) {
+  BatchRecorder recorder;
+  Add({.rows = 1, .value = 1.0f});
+  Run(&recorder);  // the fake times nothing yet: nothing to report
+  EXPECT_THAT(recorder.stages, ::testing::IsEmpty());
+  runner_.set_stages({.assemble = absl::Microseconds(1), .wait = absl::Microseconds(2),
+                      .device = absl::Microseconds(3), .outputs = absl::Microseconds(4),
+                      .timed = true});
+  auto a = Add({.rows = 2, .value = 1.0f});
+  Run(&recorder);
+  ASSERT_THAT(a->status(), IsOk());
+  EXPECT_THAT(recorder.stages,
+              ElementsAre(ElementsAre(absl::Microseconds(1), absl::Microseconds(2),
+                                      absl::Microseconds(3), absl::Microseconds(4))));
+}
 
 TEST_F(BatchExecutorTest, ReportsABatchCutBackFromPaddingOnceWithTheRowsItLeft) {
   options_.allowed_batch_sizes = {1, 2, 4, 8};

@@ -9,6 +9,8 @@
 //  * Close the gate (CloseGate) to hold every Run until OpenGate;
 //  * set_on_run(fn): fn runs inside every Run, past the gate (a test's
 //    simulated clock advanced by a forward's "duration", say);
+//  * set_stages(s): RunBatchStaged reports `s` as every batch's stages (by
+//    default it reports none, as a runtime that does not time them);
 //  * every Run's row count is recorded (batch_rows()), and the first value
 //    of every row it was given (row_first_values()): the log of what ran.
 //
@@ -18,6 +20,7 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -78,6 +81,15 @@ class FakeRunner final : public Runner {
     return std::vector<Tensor>{std::move(out)};
   }
 
+  absl::StatusOr<std::vector<Tensor>> RunBatchStaged(const std::vector<BatchedInput>& inputs,
+                                                     ComputeStages* stages) override {
+    {
+      absl::MutexLock l(&mu_);
+      if (stages_.has_value() && stages != nullptr) *stages = *stages_;
+    }
+    return RunBatch(inputs);
+  }
+
   MemoryStats Memory() override { return {}; }
   void BetweenBatches(bool idle) override {
     absl::MutexLock l(&mu_);
@@ -97,6 +109,10 @@ class FakeRunner final : public Runner {
     absl::MutexLock l(&mu_);
     auto cond = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return running_ >= n; };
     mu_.Await(absl::Condition(&cond));
+  }
+  void set_stages(ComputeStages stages) {
+    absl::MutexLock l(&mu_);
+    stages_ = stages;
   }
   void set_on_run(std::function<void()> fn) {
     absl::MutexLock l(&mu_);
@@ -124,6 +140,7 @@ class FakeRunner final : public Runner {
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t oom_above_rows_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void()> on_run_ ABSL_GUARDED_BY(mu_);
+  std::optional<ComputeStages> stages_ ABSL_GUARDED_BY(mu_);
   int idle_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int busy_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> batch_rows_ ABSL_GUARDED_BY(mu_);
