@@ -6,7 +6,8 @@
 # staging copy, hand-off to the device thread, H2D, forward, D2H, outputs)
 # and total_us (arrival to answer), and the runner's own split of compute
 # (metalserve_compute_stage_seconds_total: assemble, wait, device, outputs;
-# means per batch over the run, the client's warm-up included) beside the
+# means per batch over the run, the client's warm-up included; the null
+# runner times none and says so) beside the
 # client's p50, the echo
 # server's c=1 p50 (gRPC alone) and the raw batch-1 forward back to back and
 # after 500 us idle (runtime_bench --gap_us). The same for the null runner
@@ -78,8 +79,10 @@ PY
 }
 serve() {  # serve LABEL MODEL_ARG: prints the client's p50 and the stages
   local label=$1 model=$2 port mport log=$OUT/access-$1-$r.log
-  port=$(free_port)
-  mport=$(free_port)
+  read -r port mport < <(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
   rm -f "$log"
   build-gpu/metalserve --model="$model" --address=127.0.0.1:$port --metrics_address=127.0.0.1:$mport \
     --http_address= --device=cuda --threads=8 --precision=fp32 --optimize=auto \

@@ -157,13 +157,15 @@ BatchFamilies::BatchFamilies(prometheus::Registry& registry)
                         .Name("metalserve_compute_stage_seconds_total")
                         .Help("Where batches' compute time went, by model version and "
                               "stage: assemble (rows copied into the batch's host buffer), "
-                              "wait (for the device thread), device (inputs to the device, "
-                              "forward, outputs back), outputs (into the answers' tensors); "
+                              "wait (the hand-offs to the device thread and back, work "
+                              "queued there), device (inputs to the device, forward, "
+                              "outputs back), outputs (into the batch's output tensors); "
                               "for the batches in metalserve_compute_stage_batches_total.")
                         .Register(registry)),
       stage_batches(prometheus::BuildCounter()
                         .Name("metalserve_compute_stage_batches_total")
-                        .Help("Batches whose runtime timed their stages "
+                        .Help("Successful runner calls (a batch, or each half of one retried "
+                              "in halves) whose runtime timed their stages "
                               "(metalserve_compute_stage_seconds_total), by model version.")
                         .Register(registry)),
       batches(prometheus::BuildCounter()

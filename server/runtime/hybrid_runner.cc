@@ -294,6 +294,12 @@ absl::StatusOr<std::vector<Tensor>> HybridRunner::RunBatch(
   return OnChosen(rows, [&](Runner* r) { return r->RunBatch(inputs); });
 }
 
+absl::StatusOr<std::vector<Tensor>> HybridRunner::RunBatchStaged(
+    const std::vector<BatchedInput>& inputs, ComputeStages* stages) {
+  const int64_t rows = inputs.empty() || inputs[0].shape.empty() ? 1 : inputs[0].shape[0];
+  return OnChosen(rows, [&](Runner* r) { return r->RunBatchStaged(inputs, stages); });
+}
+
 std::vector<std::string> HybridRunner::Devices() const {
   std::vector<std::string> devices;
   for (const auto& r : runners_) devices.push_back(r->info().device);

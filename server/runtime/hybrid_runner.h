@@ -125,6 +125,9 @@ class HybridRunner : public Runner {
   const ModelInfo& info() const override { return info_; }
   absl::StatusOr<std::vector<Tensor>> Run(const std::vector<Tensor>& inputs) override;
   absl::StatusOr<std::vector<Tensor>> RunBatch(const std::vector<BatchedInput>& inputs) override;
+  // The chosen device's runner's stages.
+  absl::StatusOr<std::vector<Tensor>> RunBatchStaged(const std::vector<BatchedInput>& inputs,
+                                                     ComputeStages* stages) override;
   // The first device's figures (the accelerator's, listed first);
   // MemoryPerDevice gives each device's.
   MemoryStats Memory() override { return runners_.front()->Memory(); }

@@ -123,18 +123,21 @@ struct MemoryStats {
 
 // Where one batch's compute time went, for a runtime that can tell
 // (RunBatchStaged; Triton's compute_input / compute_infer / compute_output
-// split, one step finer). Wall times, each on the thread named:
+// split, one step finer). Durations on a monotonic clock:
 //   assemble  the batch's rows copied into one host buffer (pinned on CUDA),
-//             padding zeroed: the caller's thread (an executor's, or the
+//             padding zeroed, on the caller's thread (an executor's, or the
 //             gRPC thread of an inline batch);
-//   wait      from handing the batch to the device thread until it started
-//             it: the hand-off, and other batches or models ahead of it;
+//   wait      the rest of the time from there until the caller has the
+//             outcome back: the hand-offs to the device thread and back,
+//             and other batches or models queued there ahead of it (about
+//             zero when the batch runs on the caller's thread);
 //   device    on the device thread: inputs to the device, the forward and
-//             the outputs back in host memory (on CUDA the wait for the
-//             device is in here);
-//   outputs   the outputs copied into the answer's tensors.
+//             the outputs back in host memory (on CUDA and MPS the wait for
+//             the device is in here);
+//   outputs   the outputs copied into the batch's output tensors (which the
+//             executor then slices into each request's answer).
 // The executor's compute time for the batch (RunStats::compute_time) is
-// their sum plus the calls between them.
+// their sum plus the input checks before them.
 struct ComputeStages {
   absl::Duration assemble;
   absl::Duration wait;
@@ -174,9 +177,12 @@ class Runner {
   }
 
   // RunBatch that also says where the batch's time went: a runtime that
-  // times its stages (TorchRunner) fills *stages and sets stages->timed,
-  // for a failed batch too (the stages it reached). The default runs
-  // RunBatch and leaves *stages as it is.
+  // times its stages (TorchRunner, and a hybrid through the runner it
+  // picks) fills *stages and sets stages->timed once the batch's host
+  // buffer is filled, whatever the outcome after that (read them for a
+  // successful batch: a failed one may have stopped at any stage). With
+  // `stages` null it is RunBatch. The default runs RunBatch and leaves
+  // *stages as it is.
   virtual absl::StatusOr<std::vector<Tensor>> RunBatchStaged(
       const std::vector<BatchedInput>& inputs, ComputeStages* stages) {
     (void)stages;

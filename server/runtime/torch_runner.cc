@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "server/runtime/intra_op_threads.h"
 #include "server/runtime/torch_runner_internal.h"
@@ -135,7 +136,8 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatchStaged(
     const std::vector<BatchedInput>& inputs, ComputeStages* stages) {
   const Running running(batches_running_);
   RETURN_IF_ERROR(CheckBatchedInputs(inputs));
-  const absl::Time start = stages != nullptr ? clock_->TimeNow() : absl::InfinitePast();
+  Clock* const steady = Clock::SteadyClock();  // durations, never dates
+  const absl::Time start = stages != nullptr ? steady->TimeNow() : absl::InfinitePast();
   std::vector<at::Tensor> host;
   try {
     host = HostCopies(inputs);
@@ -143,10 +145,17 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatchStaged(
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate the batch's host buffer: ", ModelMessage(e.what())));
   }
-  if (stages != nullptr) {
-    *stages = ComputeStages{.assemble = clock_->TimeNow() - start, .timed = true};
-  }
-  return RunHost(host, stages);
+  if (stages == nullptr) return RunHost(host);
+  const absl::Time assembled = steady->TimeNow();
+  ComputeStages s{.assemble = assembled - start};
+  absl::StatusOr<std::vector<Tensor>> result = RunHost(host, &s);
+  // What the device thread did not spend on the batch, from the hand-off
+  // to it until this thread has the outcome back: both hand-offs, and the
+  // work queued there ahead of the batch.
+  s.wait = steady->TimeNow() - assembled - s.device - s.outputs;
+  s.timed = true;
+  *stages = s;
+  return result;
 }
 
 std::vector<at::Tensor> TorchRunner::HostViews(const std::vector<Tensor>& inputs) const {
@@ -190,11 +199,7 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunHost(
   // moment must not clear the cache under this batch.
   cache_policy_->WorkStarted();
   const int64_t rows = host.empty() || host[0].dim() == 0 ? 1 : host[0].size(0);
-  const absl::Time posted_at = stages != nullptr ? clock_->TimeNow() : absl::InfinitePast();
-  const absl::Status posted = ServeOnDevice(rows, [&] {
-    if (stages != nullptr) stages->wait = clock_->TimeNow() - posted_at;
-    result = Serve(host, stages);
-  });
+  const absl::Status posted = ServeOnDevice(rows, [&] { result = Serve(host, stages); });
   cache_policy_->WorkEnded();
   if (!posted.ok()) return posted;
   if (result.status().code() == absl::StatusCode::kResourceExhausted) {
@@ -225,10 +230,11 @@ int TorchRunner::ServeThreads(int64_t rows) const {
 // tensors. Set on every batch: runners sharing the device thread may differ.
 absl::StatusOr<std::vector<Tensor>> TorchRunner::Serve(const std::vector<at::Tensor>& host,
                                                        ComputeStages* stages) {
-  const absl::Time start = stages != nullptr ? clock_->TimeNow() : absl::InfinitePast();
+  Clock* const steady = Clock::SteadyClock();
+  const absl::Time start = stages != nullptr ? steady->TimeNow() : absl::InfinitePast();
   if (!host.empty()) SetIntraOpThreads(ServeThreads(host[0].size(0)));
   absl::StatusOr<std::vector<at::Tensor>> out = ForwardModel(host, ForwardPurpose::kServe);
-  const absl::Time forwarded = stages != nullptr ? clock_->TimeNow() : absl::InfinitePast();
+  const absl::Time forwarded = stages != nullptr ? steady->TimeNow() : absl::InfinitePast();
   if (stages != nullptr) stages->device = forwarded - start;
   if (!out.ok()) {
     if (out.status().code() != absl::StatusCode::kInternal) return out.status();
@@ -246,7 +252,7 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::Serve(const std::vector<at::Ten
     t.data.assign(static_cast<const char*>(host_out.data_ptr()), host_out.nbytes());
     result.push_back(std::move(t));
   }
-  if (stages != nullptr) stages->outputs = clock_->TimeNow() - forwarded;
+  if (stages != nullptr) stages->outputs = steady->TimeNow() - forwarded;
   return result;
 }
 

@@ -156,12 +156,13 @@ class TorchRunner final : public Runner {
   // copied once into fresh (on CUDA pinned) memory with zero padding.
   std::vector<at::Tensor> HostViews(const std::vector<Tensor>& inputs) const;
   std::vector<at::Tensor> HostCopies(const std::vector<BatchedInput>& inputs) const;
-  // The batch on the device (Serve there); sets the wait, device and
-  // outputs stages of *stages when not null.
+  // The batch on the device (Serve there); sets the device and outputs
+  // stages of *stages when not null.
   absl::StatusOr<std::vector<Tensor>> RunHost(const std::vector<at::Tensor>& host,
                                               ComputeStages* stages = nullptr);
-  // On the device thread: the forward, then the outputs as project tensors;
-  // sets the device and outputs stages of *stages when not null.
+  // On the device thread (or the caller's, when ServeOnDevice runs it
+  // there): the forward, then the outputs as project tensors; sets the
+  // device and outputs stages of *stages when not null.
   absl::StatusOr<std::vector<Tensor>> Serve(const std::vector<at::Tensor>& host,
                                             ComputeStages* stages);
 

@@ -147,10 +147,10 @@ void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks) {
 
   const absl::Time run_start = clock_->TimeNow();
   ComputeStages stages;
-  absl::StatusOr<std::vector<Tensor>> out =
-      runner_->RunBatchStaged(Pieces(tasks, padded), &stages);
+  absl::StatusOr<std::vector<Tensor>> out = runner_->RunBatchStaged(
+      Pieces(tasks, padded), metrics_ != nullptr ? &stages : nullptr);
   const absl::Time run_end = clock_->TimeNow();
-  if (stages.timed && metrics_ != nullptr) {
+  if (out.ok() && stages.timed) {  // timed only with metrics_ set
     metrics_->BatchStages(stages.assemble, stages.wait, stages.device, stages.outputs);
   }
   const absl::Duration took = run_end - run_start;

@@ -25,22 +25,9 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "server/runtime/runner.h"
 #include "server/service/infer_task.h"
+#include "server/service/response_fields.h"
 
 namespace metalserve {
-
-// A response's fields other than its outputs. `id` is KServe's (the
-// request's id, echoed); Predict has none. The three times and rows are
-// PredictResponse fields, and ModelInferResponse int64 parameters of the
-// same names.
-struct ResponseFields {
-  absl::string_view model_name;
-  absl::string_view model_version;
-  absl::string_view device;  // Predict only
-  absl::string_view id;      // ModelInfer only
-  int64_t queue_time_us = 0;
-  int64_t compute_time_us = 0;
-  int64_t batch_rows = 0;
-};
 
 // The fields both services answer with: the serving model's name, version
 // and device, and the batch's times and rows (the caller adds KServe's id).

@@ -27,7 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.pb.h"
 #include "common/tensor.h"
-#include "server/service/response_writer.h"
+#include "server/service/response_fields.h"
 
 namespace metalserve {
 

@@ -44,10 +44,17 @@ class ServedTimingsTest : public testing::RestTest {
   template <typename Call>
   void CallThroughTheDelay(Call call) {
     std::thread t(call);
-    ASSERT_TRUE(AwaitQueueDepth(1)) << "the call never reached the queue";
+    const bool queued = AwaitQueueDepth(1);
     sim_.AdvanceTime(kDelay);
     t.join();
+    ASSERT_TRUE(queued) << "the call never reached the queue";
     EXPECT_THAT(runner_.batch_rows(), ::testing::ElementsAre(1));
+  }
+
+  // The server goes before sim_, which it reads.
+  void TearDown() override {
+    RestTest::TearDown();
+    server_.reset();
   }
 
   static std::unique_ptr<grpc::ClientContext> Ctx() {

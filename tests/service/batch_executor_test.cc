@@ -180,6 +180,11 @@ TEST_F(BatchExecutorTest, ReportsTheStagesOfEachBatchWhoseRunnerTimesThem) {
   EXPECT_THAT(recorder.stages,
               ElementsAre(ElementsAre(absl::Microseconds(1), absl::Microseconds(2),
                                       absl::Microseconds(3), absl::Microseconds(4))));
+  // A failed batch's stages are not recorded (it may have stopped anywhere).
+  auto poisoned = Add({.rows = 1, .value = FakeRunner::kPoison});
+  Run(&recorder);
+  EXPECT_THAT(poisoned->status(), StatusIs(absl::StatusCode::kInternal));
+  EXPECT_EQ(recorder.stages.size(), 1u);
 }
 
 TEST_F(BatchExecutorTest, ReportsABatchCutBackFromPaddingOnceWithTheRowsItLeft) {

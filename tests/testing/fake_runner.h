@@ -7,8 +7,9 @@
 //    model that raises);
 //  * batches of more than `oom_above_rows` rows fail with RESOURCE_EXHAUSTED;
 //  * Close the gate (CloseGate) to hold every Run until OpenGate;
-//  * set_on_run(fn): fn runs inside every Run, past the gate (a test's
-//    simulated clock advanced by a forward's "duration", say);
+//  * set_on_run(fn): fn runs inside every Run that passes the gate and the
+//    out-of-memory check (a test's simulated clock advanced by a forward's
+//    "duration", say);
 //  * set_stages(s): RunBatchStaged reports `s` as every batch's stages (by
 //    default it reports none, as a runtime that does not time them);
 //  * every Run's row count is recorded (batch_rows()), and the first value
