@@ -79,10 +79,7 @@ PY
 }
 serve() {  # serve LABEL MODEL_ARG: prints the client's p50 and the stages
   local label=$1 model=$2 port mport log=$OUT/access-$1-$r.log
-  read -r port mport < <(python3 -c 'import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*(x.getsockname()[1] for x in s))')
+  read -r port mport < <(free_port 2)
   rm -f "$log"
   build-gpu/metalserve --model="$model" --address=127.0.0.1:$port --metrics_address=127.0.0.1:$mport \
     --http_address= --device=cuda --threads=8 --precision=fp32 --optimize=auto \

@@ -68,7 +68,11 @@ gpu_build_resnet50() {
   done
 }
 
-# free_port: a TCP port free on 127.0.0.1 now.
+# free_port [N]: N (default 1) distinct TCP ports free on 127.0.0.1 now, on
+# one line (all bound at once, so no two are the same).
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 -c 'import socket, sys
+s = [socket.socket() for _ in range(int(sys.argv[1]))]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))' "${1:-1}"
 }

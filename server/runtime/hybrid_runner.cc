@@ -290,8 +290,7 @@ absl::StatusOr<std::vector<Tensor>> HybridRunner::Run(const std::vector<Tensor>&
 
 absl::StatusOr<std::vector<Tensor>> HybridRunner::RunBatch(
     const std::vector<BatchedInput>& inputs) {
-  const int64_t rows = inputs.empty() || inputs[0].shape.empty() ? 1 : inputs[0].shape[0];
-  return OnChosen(rows, [&](Runner* r) { return r->RunBatch(inputs); });
+  return RunBatchStaged(inputs, nullptr);  // with null stages, each runner's RunBatch
 }
 
 absl::StatusOr<std::vector<Tensor>> HybridRunner::RunBatchStaged(
