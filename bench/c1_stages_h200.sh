@@ -16,8 +16,13 @@
 #
 #   bash bench/c1_stages_h200.sh
 #
-# Set SKIP_BUILD=1 when build-gpu and its models exist. Log and access logs
-# under $OUT (default /tmp/c1-stages-out). Loopback only.
+# Set SKIP_BUILD=1 when build-gpu and its models exist. MODEL_VARIANTS
+# (default one, empty: the server as above) lists, separated by ";", extra
+# server flags for the model server, each variant served in turn in every
+# round, e.g. MODEL_VARIANTS="--staging_buffers=0;--staging_buffers=2";
+# METALSERVE names another server binary for all of them (a build before a
+# change). Log and access logs under $OUT (default /tmp/c1-stages-out).
+# Loopback only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/c1-stages-out}
@@ -77,19 +82,21 @@ print(f"  runner stages, mean of {n:.0f} batches (ms): {', '.join(parts)};"
       f" the executor's whole batch, answers included, {1e3 * compute:.3f}")
 PY
 }
-serve() {  # serve LABEL MODEL_ARG: prints the client's p50 and the stages
-  local label=$1 model=$2 port mport log=$OUT/access-$1-$r.log
+serve() {  # serve LABEL MODEL_ARG [FLAG...]: prints the client's p50 and the stages
+  local label=$1 model=$2 port mport tag=${1//[^A-Za-z0-9_=.-]/_}
+  local log=$OUT/access-$tag-$r.log
+  shift 2
   read -r port mport < <(free_port 2)
   rm -f "$log"
-  build-gpu/metalserve --model="$model" --address=127.0.0.1:$port --metrics_address=127.0.0.1:$mport \
+  "${METALSERVE:-build-gpu/metalserve}" --model="$model" --address=127.0.0.1:$port --metrics_address=127.0.0.1:$mport \
     --http_address= --device=cuda --threads=8 --precision=fp32 --optimize=auto \
-    --max_batch_size=1 --monitor_log_interval=0 --access_log="$log" > "$OUT/server-$label.log" 2>&1 &
+    --max_batch_size=1 --monitor_log_interval=0 --access_log="$log" "$@" > "$OUT/server-$tag.log" 2>&1 &
   local pid=$!
-  if ! ready "$pid" "$OUT/server-$label.log"; then
-    echo "$label: not ready"; tail -5 "$OUT/server-$label.log"; stop "$pid"; return 1
+  if ! ready "$pid" "$OUT/server-$tag.log"; then
+    echo "$label: not ready"; tail -5 "$OUT/server-$tag.log"; stop "$pid"; return 1
   fi
   "${bench[@]}" --target=127.0.0.1:$port --duration=4s --warmup=1s > "$OUT/c.json" ||
-    { echo "$label: client failed"; tail -5 "$OUT/server-$label.log"; stop "$pid"; return 1; }
+    { echo "$label: client failed"; tail -5 "$OUT/server-$tag.log"; stop "$pid"; return 1; }
   local runner_stages
   runner_stages=$(compute_stages "$mport" 2>&1)
   stop "$pid"
@@ -111,7 +118,12 @@ for r in $(seq "${ROUNDS:-2}"); do
   fi
   stop "$echo_pid"
   serve null null:build-gpu/models/resnet50.json
-  serve model build-gpu/models/resnet50.pt
+  IFS=';' read -r -a variants <<< "${MODEL_VARIANTS-}"
+  [[ ${#variants[@]} -gt 0 ]] || variants=("")
+  for v in "${variants[@]}"; do
+    read -r -a flags <<< "$v"
+    serve "model${v:+ $v}" build-gpu/models/resnet50.pt "${flags[@]}"
+  done
   for g in 0 500; do
     build-gpu/bench/runtime/runtime_bench --device=cuda --threads=8 --models=resnet50 \
       --levels=full --batches=1 --precision=fp32 --channels_last=0 --gap_us=$g \

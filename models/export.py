@@ -102,6 +102,15 @@ class ImageHead(torch.nn.Module):
         return x.flatten(1)[:, :1000]
 
 
+class WritesInput(torch.nn.Module):
+    """Writes into its input and returns it: the runtime must stop handing
+    such a model the request's own bytes (tests/runtime/torch_runner_test.cc)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.add_(1.0)
+        return x
+
+
 class Poison(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if bool((x == -777.0).any()):
@@ -204,6 +213,7 @@ MODELS = {
     "identity": _small(Identity, [-1, 4], [-1, 4]),
     "image_head": _small(ImageHead, [-1, 3, 224, 224], [-1, 1000], out_name="logits"),
     "poison": _small(Poison, [-1, 4], [-1, 4]),
+    "writes_input": _small(WritesInput, [-1, 4], [-1, 4]),
     "two_in_two_out": _scripted(
         TwoInTwoOut, [("image", [-1, 3]), ("count", [-1, 1], "int64")],
         [("scaled", [-1, 3]), ("next", [-1, 1], "int64")]),

@@ -96,6 +96,12 @@ ABSL_FLAG(bool, cpu_forward_on_caller, true,
           "device thread is idle (a batched model's: when no other batch of it is in "
           "flight), sparing two thread switches (docs/performance.md); false: every "
           "batch on the device thread");
+ABSL_FLAG(int, staging_buffers, 2,
+          "Host buffers of finished batches each model version keeps for later batches "
+          "(pinned on CUDA) instead of allocating one per batch; each holds at most one "
+          "batch's inputs (the largest batches are kept) while the version is loaded. "
+          "0 = allocate per batch. A CPU batch of one unpadded request needs none: its "
+          "rows are read where they arrived (docs/performance.md)");
 ABSL_FLAG(std::string, cuda_sync, "auto",
           "How a thread waits for a CUDA device: auto (CUDA's choice: spin while the "
           "process has fewer contexts than cores), spin, yield, or block (sleep until "
@@ -352,6 +358,11 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   ro.optimize = absl::GetFlag(FLAGS_optimize);
   ro.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
   ro.cpu_forward_on_caller = absl::GetFlag(FLAGS_cpu_forward_on_caller);
+  ro.staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
+  if (ro.staging_buffers < 0) {
+    LOG(ERROR) << "flags: --staging_buffers=" << ro.staging_buffers << " must be >= 0";
+    std::exit(2);
+  }
   metalserve::SetCudaSync(
       OrDie(metalserve::ParseCudaSync(absl::GetFlag(FLAGS_cuda_sync)), "--cuda_sync"));
   ro.cache_dir = absl::GetFlag(FLAGS_cache_dir);

@@ -138,11 +138,21 @@ struct MemoryStats {
 //             executor then slices into each request's answer).
 // The executor's compute time for the batch (RunStats::compute_time) is
 // their sum plus the input checks before them.
+//
+// How the rows reached that host buffer (`staging`):
+//   kView       no copy: on the CPU, every input was one piece holding the
+//               whole batch (an unpadded one-request batch), read in place;
+//   kReused     copied into a buffer kept from an earlier batch
+//               (RuntimeOptions::staging_buffers);
+//   kAllocated  copied into a buffer allocated for this batch.
+enum class BatchStaging { kUnknown, kView, kReused, kAllocated };
+
 struct ComputeStages {
   absl::Duration assemble;
   absl::Duration wait;
   absl::Duration device;
   absl::Duration outputs;
+  BatchStaging staging = BatchStaging::kUnknown;
   bool timed = false;  // false: the runner does not time its stages
 };
 

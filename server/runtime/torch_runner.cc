@@ -5,6 +5,8 @@
 // in torch_runner_internal.h.
 #include "server/runtime/torch_runner.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -14,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "server/runtime/intra_op_threads.h"
 #include "server/runtime/torch_runner_internal.h"
 
@@ -139,16 +142,21 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatchStaged(
   Clock* const steady = Clock::SteadyClock();  // durations, never dates
   const absl::Time start = stages != nullptr ? steady->TimeNow() : absl::InfinitePast();
   std::vector<at::Tensor> host;
+  StagingPool::Lease lease;
+  BatchStaging how = BatchStaging::kUnknown;
   try {
-    host = HostCopies(inputs);
+    host = HostCopies(inputs, &lease, &how);
   } catch (const std::exception& e) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate the batch's host buffer: ", ModelMessage(e.what())));
   }
-  if (stages == nullptr) return RunHost(host);
-  const absl::Time assembled = steady->TimeNow();
-  ComputeStages s{.assemble = assembled - start};
-  absl::StatusOr<std::vector<Tensor>> result = RunHost(host, &s);
+  const absl::Time assembled = stages != nullptr ? steady->TimeNow() : absl::InfinitePast();
+  ComputeStages s{.assemble = assembled - start, .staging = how};
+  absl::StatusOr<std::vector<Tensor>> result = RunHost(host, stages != nullptr ? &s : nullptr);
+  if (how == BatchStaging::kView) CheckViewsUntouched(host);
+  host.clear();  // the buffer's tensors go before the buffer goes back
+  staging_->Give(std::move(lease));
+  if (stages == nullptr) return result;
   // What the device thread did not spend on the batch, from the hand-off
   // to it until this thread has the outcome back: both hand-offs, and the
   // work queued there ahead of the batch.
@@ -169,27 +177,75 @@ std::vector<at::Tensor> TorchRunner::HostViews(const std::vector<Tensor>& inputs
   return host;
 }
 
-std::vector<at::Tensor> TorchRunner::HostCopies(
-    const std::vector<BatchedInput>& inputs) const {
+namespace {
+
+// Offsets of the inputs in one buffer: each starts on a 64-byte boundary.
+constexpr int64_t kInputAlignment = 64;
+
+int64_t AlignedBytes(int64_t bytes) {
+  return (bytes + kInputAlignment - 1) / kInputAlignment * kInputAlignment;
+}
+
+// One piece holding the whole (unpadded) input, at its dtype's alignment.
+bool WholeAlignedPiece(const BatchedInput& in) {
+  if (in.pieces.size() != 1) return false;
+  const absl::string_view p = in.pieces[0];
+  return static_cast<int64_t>(p.size()) == in.RowBytes() * in.shape[0] &&
+         reinterpret_cast<uintptr_t>(p.data()) % static_cast<uintptr_t>(ItemSize(in.dtype)) == 0;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> TorchRunner::HostCopies(const std::vector<BatchedInput>& inputs,
+                                                StagingPool::Lease* lease, BatchStaging* how) {
   std::vector<at::Tensor> host;
   host.reserve(inputs.size());
+  // On the CPU the forward reads the host tensors themselves: an unpadded
+  // one-request batch needs no copy (as Run's views), the request outliving
+  // its batch.
+  if (device_->device().is_cpu() && view_inputs_.load(std::memory_order_relaxed) &&
+      std::all_of(inputs.begin(), inputs.end(), WholeAlignedPiece)) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      host.push_back(torch::from_blob(const_cast<char*>(inputs[i].pieces[0].data()),
+                                      inputs[i].shape,
+                                      at::TensorOptions().dtype(path_->input_types()[i])));
+    }
+    *how = BatchStaging::kView;
+    return host;
+  }
+  int64_t total = 0;
+  for (const BatchedInput& in : inputs) total += AlignedBytes(in.RowBytes() * in.shape[0]);
+  *lease = staging_->Take(std::max<int64_t>(total, 1));
+  *how = lease->reused ? BatchStaging::kReused : BatchStaging::kAllocated;
+  char* base = lease->data();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const BatchedInput& in = inputs[i];
-    auto options = at::TensorOptions().dtype(path_->input_types()[i]);
-    // Pinned on CUDA: the H2D copy on the device thread is then a DMA that
-    // needs no staging copy of its own.
-    if (device_->device().is_cuda()) options = options.pinned_memory(true);
-    at::Tensor t = at::empty(in.shape, options);
-    char* dst = static_cast<char*>(t.data_ptr());
+    const int64_t bytes = in.RowBytes() * in.shape[0];
+    char* dst = base;
     for (absl::string_view p : in.pieces) {
       std::memcpy(dst, p.data(), p.size());
       dst += p.size();
     }
-    char* end = static_cast<char*>(t.data_ptr()) + t.nbytes();
-    std::memset(dst, 0, static_cast<size_t>(end - dst));  // padding rows
-    host.push_back(std::move(t));
+    std::memset(dst, 0, static_cast<size_t>(base + bytes - dst));  // padding rows
+    // The tensor shares the buffer's block: a model that keeps it keeps the
+    // buffer from being lent again (StagingPool::Give).
+    host.push_back(torch::from_blob(
+        base, in.shape, [block = lease->block](void*) {},
+        at::TensorOptions().dtype(path_->input_types()[i])));
+    base += AlignedBytes(bytes);
   }
   return host;
+}
+
+void TorchRunner::CheckViewsUntouched(const std::vector<at::Tensor>& host) {
+  for (const at::Tensor& h : host) {
+    if (h.is_inference() || h._version() == 0) continue;
+    if (view_inputs_.exchange(false)) {
+      LOG(WARNING) << "runtime: model " << info_.name
+                   << " wrote into its input; its batches' inputs are copied from now on";
+    }
+    return;
+  }
 }
 
 absl::StatusOr<std::vector<Tensor>> TorchRunner::RunHost(

@@ -163,6 +163,12 @@ struct RuntimeOptions {
   // runner's one batch in flight); larger batches, a model with a parallel
   // size, and every other device: on the device thread.
   bool cpu_forward_on_caller = true;
+  // Host buffers of finished batches kept for later ones (staging_pool.h),
+  // instead of one allocated per batch (pinned on CUDA); 0 keeps none. Each
+  // kept buffer holds at most one batch's inputs (the largest batches win),
+  // and stays allocated while the runner lives. On the CPU a batch that is
+  // one unpadded request needs none: its rows are read where they arrived.
+  int staging_buffers = 2;
   // "fp32", "fp16" or "bf16": the compute precision on the device. Inputs
   // are cast on the device; outputs are returned in the signature's dtype.
   std::string precision = "fp32";

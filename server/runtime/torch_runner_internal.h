@@ -32,6 +32,7 @@
 #include "server/runtime/forward_path.h"
 #include "server/runtime/graph_verification.h"
 #include "server/runtime/model_signature.h"
+#include "server/runtime/staging_pool.h"
 #include "server/runtime/torch_device.h"
 #include "server/runtime/torch_runner.h"
 
@@ -153,9 +154,16 @@ class TorchRunner final : public Runner {
   absl::Status CheckInput(size_t i, DType dtype, const std::vector<int64_t>& shape,
                           int64_t bytes, int64_t rows) const;
   // Host tensors for a batch: views of `inputs` (no copy), or the pieces
-  // copied once into fresh (on CUDA pinned) memory with zero padding.
+  // copied once, with zero padding, into one buffer of staging_ (on CUDA
+  // pinned) that *lease holds until the batch is done; on the CPU, a batch
+  // whose every input is one whole, aligned piece is viewed in place. Says
+  // which in *how.
   std::vector<at::Tensor> HostViews(const std::vector<Tensor>& inputs) const;
-  std::vector<at::Tensor> HostCopies(const std::vector<BatchedInput>& inputs) const;
+  std::vector<at::Tensor> HostCopies(const std::vector<BatchedInput>& inputs,
+                                     StagingPool::Lease* lease, BatchStaging* how);
+  // After a batch read in place: a model that wrote into its inputs (their
+  // version counters moved) is given copies from then on, with one log line.
+  void CheckViewsUntouched(const std::vector<at::Tensor>& host);
   // The batch on the device (Serve there); sets the device and outputs
   // stages of *stages when not null.
   absl::StatusOr<std::vector<Tensor>> RunHost(const std::vector<at::Tensor>& host,
@@ -181,6 +189,11 @@ class TorchRunner final : public Runner {
   bool batched_ = false;  // warmed up at a size above 1
   // Run and RunBatch calls in progress (ServeOnDevice's guard above).
   std::atomic<int> batches_running_{0};
+  // Batch host buffers kept between batches (RuntimeOptions::staging_buffers).
+  std::unique_ptr<StagingPool> staging_;
+  // On the CPU, batches of whole pieces are read in place until a model is
+  // seen writing into its inputs (CheckViewsUntouched).
+  std::atomic<bool> view_inputs_{true};
 };
 
 // The comparison settings for a load's verification: each distinct warm-up

@@ -206,6 +206,14 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   }
   path_ = std::make_unique<ForwardPath>(device_, options.channels_last,
                                         options.forward_observer);
+  // Batch host buffers: pinned on CUDA, so that the copy to the device is a
+  // DMA with no staging copy of its own (forward_path.cc).
+  const bool pinned = device_->device().is_cuda();
+  staging_ = std::make_unique<StagingPool>(options.staging_buffers, [pinned](int64_t bytes) {
+    at::Tensor t = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(pinned));
+    void* data = t.data_ptr();
+    return StagingPool::Block(data, [t](void*) mutable { t.reset(); });
+  });
   // The device's one cache policy, shared with every runner on it
   // (cache_policy.h); without a registry, a policy of this runner's own.
   CachePolicies own;
