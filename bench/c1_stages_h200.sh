@@ -21,8 +21,12 @@
 # server flags for the model server, each variant served in turn in every
 # round, e.g. MODEL_VARIANTS="--staging_buffers=0;--staging_buffers=2";
 # METALSERVE names another server binary for all of them (a build before a
-# change). Log and access logs under $OUT (default /tmp/c1-stages-out).
-# Loopback only.
+# change). ECHO_ANSWER_AFTER (default 1500us; empty: none) runs the echo
+# server a second time answering each call that long after it arrived
+# (echo_server --answer_after): the floor of a call whose server sleeps
+# through a forward, p50 less the delay less how late its answers were.
+# Log and access logs under $OUT (default /tmp/c1-stages-out). Loopback
+# only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/c1-stages-out}
@@ -117,6 +121,20 @@ for r in $(seq "${ROUNDS:-2}"); do
     echo "echo: failed"; tail -5 "$OUT/echo.log"
   fi
   stop "$echo_pid"
+  if [[ -n ${ECHO_ANSWER_AFTER-1500us} ]]; then
+    port=$(free_port)
+    build-gpu/bench/transport/echo_server --signature=build-gpu/models/resnet50.json \
+      --address=127.0.0.1:$port --answer_after="${ECHO_ANSWER_AFTER-1500us}" > "$OUT/echo.log" 2>&1 &
+    echo_pid=$!
+    if ready "$echo_pid" "$OUT/echo.log" &&
+       "${bench[@]}" --target=127.0.0.1:$port --duration=4s --warmup=1s > "$OUT/c.json"; then
+      stop "$echo_pid"
+      echo "echo answering after ${ECHO_ANSWER_AFTER-1500us}: client p50 $(p50 "$OUT/c.json") ms;" \
+        "$(grep "^answer_after:" "$OUT/echo.log")"
+    else
+      stop "$echo_pid"; echo "echo answering after ${ECHO_ANSWER_AFTER-1500us}: failed"; tail -5 "$OUT/echo.log"
+    fi
+  fi
   serve null null:build-gpu/models/resnet50.json
   IFS=';' read -r -a variants <<< "${MODEL_VARIANTS-}"
   [[ ${#variants[@]} -gt 0 ]] || variants=("")

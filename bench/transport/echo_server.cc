@@ -16,13 +16,30 @@
 //   echo_server --signature=build/models/identity.json --address=127.0.0.1:0
 //   echo_server --signature=build/models/identity.json --api=async --cq_threads=2
 //
+// --answer_after=D (callback API) answers each call D after it arrived, from
+// a thread of its own, as metalserve answers from an executor once the
+// device is done: the floor for a call whose server waits D (its threads
+// asleep meanwhile, as while a GPU computes), read as p50 - D. At
+// concurrency 1 a server waiting for a device pays the idle machine's
+// wake-ups (cores sleeping between calls, the answer handed between
+// threads) that a back-to-back echo never does.
+//
+//   echo_server --signature=build-gpu/models/resnet50.json --answer_after=1400us
+//
 // Prints "ready: gRPC on <address> port <port>" once it serves; stops on
 // SIGTERM/SIGINT. Bench-only: not installed, no metrics, no TLS.
+#include <algorithm>
+#include <condition_variable>
 #include <csignal>
+#include <deque>
+#include <utility>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 #include <iostream>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <list>
 #include <memory>
 #include <mutex>
@@ -33,8 +50,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/mutex_mode.h"
 #include "common/unix_socket_buffers.h"
 #include "grpcpp/grpcpp.h"
@@ -54,6 +73,9 @@ ABSL_FLAG(std::vector<std::string>, channel_arg, {},
           "Extra integer channel arguments KEY=VALUE, comma-separated (e.g. "
           "grpc.http2.max_frame_size=1048576): transport settings measured on gRPC alone");
 ABSL_FLAG(int, cq_threads, 2, "With --api=async: completion queues, one thread each");
+ABSL_FLAG(absl::Duration, answer_after, absl::ZeroDuration(),
+          "With --api=callback: answer each call this long after it arrived, from a "
+          "thread of its own (0 = at once, on gRPC's thread)");
 ABSL_FLAG(int64_t, unix_socket_buffer_bytes, metalserve::kDefaultUnixSocketBufferBytes,
           "As metalserve's: SO_SNDBUF and SO_RCVBUF of unix:// connections; 0 = the kernel's");
 
@@ -113,18 +135,93 @@ class Canned {
   GetModelMetadataResponse metadata_;
 };
 
+// Answers calls at their due time, in arrival order, from its own thread
+// (--answer_after).
+class DelayedAnswers {
+ public:
+  explicit DelayedAnswers(absl::Duration after) : after_(after) {
+    if (after_ > absl::ZeroDuration()) thread_ = std::thread([this] { Loop(); });
+  }
+  ~DelayedAnswers() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  bool on() const { return after_ > absl::ZeroDuration(); }
+  void Add(grpc::ServerUnaryReactor* reactor) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      due_.push_back({absl::Now() + after_, reactor});
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+#ifdef __linux__
+    // Timers this thread sleeps on fire on time, not up to the default 50 us
+    // of slack late: the delay is the one asked for plus the wake-up.
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#endif
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return stopping_ || !due_.empty(); });
+      if (due_.empty()) return;  // stopping, nothing left
+      const auto [when, reactor] = due_.front();
+      due_.pop_front();
+      lock.unlock();
+      absl::SleepFor(when - absl::Now());  // nothing when already due
+      const absl::Duration late = absl::Now() - when;
+      reactor->Finish(grpc::Status::OK);
+      lock.lock();
+      if (late_.size() < (1u << 20)) late_.push_back(late);
+    }
+  }
+
+ public:
+  // How late the answers were, at the median, past the time asked for (the
+  // sleep's own overshoot and wake-up), over the calls answered so far.
+  std::string Summary() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (late_.empty()) return "no call answered";
+    std::vector<absl::Duration> sorted = late_;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    return absl::StrCat(late_.size(), " calls answered ", absl::FormatDuration(after_),
+                        " after arrival, a median ",
+                        absl::FormatDuration(sorted[sorted.size() / 2]), " later than that");
+  }
+
+ private:
+  std::vector<absl::Duration> late_;  // guarded by mu_
+
+  const absl::Duration after_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<absl::Time, grpc::ServerUnaryReactor*>> due_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 class EchoService final
     : public v1::Inference::WithRawCallbackMethod_Predict<
           v1::Inference::WithCallbackMethod_GetModelMetadata<v1::Inference::Service>> {
  public:
-  explicit EchoService(const Canned& canned) : canned_(canned) {}
+  EchoService(const Canned& canned, DelayedAnswers& delayed)
+      : canned_(canned), delayed_(delayed) {}
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* /*request*/,
                                     grpc::ByteBuffer* response) override {
     *response = canned_.response();  // a reference to the same slices, no copy
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
+    if (delayed_.on()) {
+      delayed_.Add(reactor);
+    } else {
+      reactor->Finish(grpc::Status::OK);
+    }
     return reactor;
   }
 
@@ -136,6 +233,7 @@ class EchoService final
 
  private:
   const Canned& canned_;
+  DelayedAnswers& delayed_;
 };
 
 // Predict through the asynchronous API (GetModelMetadata stays a callback).
@@ -238,8 +336,18 @@ int Main() {
     std::cerr << "echo_server: --cq_threads: " << cq_threads << " is below 1\n";
     return 2;
   }
+  const absl::Duration answer_after = absl::GetFlag(FLAGS_answer_after);
+  if (answer_after < absl::ZeroDuration() ||
+      (answer_after > absl::ZeroDuration() && api != "callback")) {
+    std::cerr << "echo_server: --answer_after: " << answer_after
+              << " must be >= 0, and is for --api=callback only\n";
+    return 2;
+  }
   const Canned canned(*sig);
-  EchoService callback_service(canned);
+  // Declared before the server: destroyed after its Shutdown, which waits
+  // for every call, so the thread answers every call it was given.
+  DelayedAnswers delayed(answer_after);
+  EchoService callback_service(canned, delayed);
   AsyncEchoService async_service(canned);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -283,6 +391,7 @@ int Main() {
   while (g_stop == 0) absl::SleepFor(absl::Milliseconds(20));
   async_service.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (delayed.on()) std::cout << "answer_after: " << delayed.Summary() << std::endl;
   // After the server: the calls still asked for come back not ok, then Next
   // ends once the queue is shut down and drained.
   for (auto& cq : cqs) cq->Shutdown();
