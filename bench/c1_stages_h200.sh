@@ -91,7 +91,7 @@ serve() {  # serve LABEL MODEL_ARG [FLAG...]: prints the client's p50 and the st
   local log=$OUT/access-$tag-$r.log
   shift 2
   read -r port mport < <(free_port 2)
-  rm -f "$log"
+  rm -f "$log" "$OUT/server-$tag.log"
   "${METALSERVE:-build-gpu/metalserve}" --model="$model" --address=127.0.0.1:$port --metrics_address=127.0.0.1:$mport \
     --http_address= --device=cuda --threads=8 --precision=fp32 --optimize=auto \
     --max_batch_size=1 --monitor_log_interval=0 --access_log="$log" "$@" > "$OUT/server-$tag.log" 2>&1 &
@@ -111,6 +111,7 @@ serve() {  # serve LABEL MODEL_ARG [FLAG...]: prints the client's p50 and the st
 for r in $(seq "${ROUNDS:-2}"); do
   echo "== round $r"
   port=$(free_port)
+  rm -f "$OUT/echo.log"
   build-gpu/bench/transport/echo_server --signature=build-gpu/models/resnet50.json \
     --address=127.0.0.1:$port > "$OUT/echo.log" 2>&1 &
   echo_pid=$!
@@ -123,16 +124,17 @@ for r in $(seq "${ROUNDS:-2}"); do
   stop "$echo_pid"
   if [[ -n ${ECHO_ANSWER_AFTER-1500us} ]]; then
     port=$(free_port)
+    rm -f "$OUT/echo-after.log"
     build-gpu/bench/transport/echo_server --signature=build-gpu/models/resnet50.json \
-      --address=127.0.0.1:$port --answer_after="${ECHO_ANSWER_AFTER-1500us}" > "$OUT/echo.log" 2>&1 &
+      --address=127.0.0.1:$port --answer_after="${ECHO_ANSWER_AFTER-1500us}" > "$OUT/echo-after.log" 2>&1 &
     echo_pid=$!
-    if ready "$echo_pid" "$OUT/echo.log" &&
+    if ready "$echo_pid" "$OUT/echo-after.log" &&
        "${bench[@]}" --target=127.0.0.1:$port --duration=4s --warmup=1s > "$OUT/c.json"; then
       stop "$echo_pid"
       echo "echo answering after ${ECHO_ANSWER_AFTER-1500us}: client p50 $(p50 "$OUT/c.json") ms;" \
-        "$(grep "^answer_after:" "$OUT/echo.log")"
+        "$(grep "^answer_after:" "$OUT/echo-after.log")"
     else
-      stop "$echo_pid"; echo "echo answering after ${ECHO_ANSWER_AFTER-1500us}: failed"; tail -5 "$OUT/echo.log"
+      stop "$echo_pid"; echo "echo answering after ${ECHO_ANSWER_AFTER-1500us}: failed"; tail -5 "$OUT/echo-after.log"
     fi
   fi
   serve null null:build-gpu/models/resnet50.json
@@ -140,7 +142,7 @@ for r in $(seq "${ROUNDS:-2}"); do
   [[ ${#variants[@]} -gt 0 ]] || variants=("")
   for v in "${variants[@]}"; do
     read -r -a flags <<< "$v"
-    serve "model${v:+ $v}" build-gpu/models/resnet50.pt "${flags[@]}"
+    serve "model${v:+ $v}" build-gpu/models/resnet50.pt ${flags[@]+"${flags[@]}"}
   done
   for g in 0 500; do
     build-gpu/bench/runtime/runtime_bench --device=cuda --threads=8 --models=resnet50 \

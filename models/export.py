@@ -102,13 +102,17 @@ class ImageHead(torch.nn.Module):
         return x.flatten(1)[:, :1000]
 
 
-class WritesInput(torch.nn.Module):
-    """Writes into its input and returns it: the runtime must stop handing
-    such a model the request's own bytes (tests/runtime/torch_runner_test.cc)."""
+class KeepsInput(torch.nn.Module):
+    """Keeps a reference to its last input: the runtime must not lend that
+    batch's host buffer to a later batch (tests/runtime/torch_runner_test.cc)."""
+
+    def __init__(self):
+        super().__init__()
+        self.last = torch.zeros(1, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x.add_(1.0)
-        return x
+        self.last = x
+        return x * 2.0
 
 
 class Poison(torch.nn.Module):
@@ -213,7 +217,7 @@ MODELS = {
     "identity": _small(Identity, [-1, 4], [-1, 4]),
     "image_head": _small(ImageHead, [-1, 3, 224, 224], [-1, 1000], out_name="logits"),
     "poison": _small(Poison, [-1, 4], [-1, 4]),
-    "writes_input": _small(WritesInput, [-1, 4], [-1, 4]),
+    "keeps_input": _small(KeepsInput, [-1, 4], [-1, 4]),
     "two_in_two_out": _scripted(
         TwoInTwoOut, [("image", [-1, 3]), ("count", [-1, 1], "int64")],
         [("scaled", [-1, 3]), ("next", [-1, 1], "int64")]),

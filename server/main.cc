@@ -100,8 +100,7 @@ ABSL_FLAG(int, staging_buffers, 2,
           "Host buffers of finished batches each model version keeps for later batches "
           "(pinned on CUDA) instead of allocating one per batch; each holds at most one "
           "batch's inputs (the largest batches are kept) while the version is loaded. "
-          "0 = allocate per batch. A CPU batch of one unpadded request needs none: its "
-          "rows are read where they arrived (docs/performance.md)");
+          "0 = allocate per batch (docs/performance.md)");
 ABSL_FLAG(std::string, cuda_sync, "auto",
           "How a thread waits for a CUDA device: auto (CUDA's choice: spin while the "
           "process has fewer contexts than cores), spin, yield, or block (sleep until "
@@ -124,6 +123,11 @@ ABSL_FLAG(int, executors, 0,
           "0 (default): follow the device, 4 executors and 4 device slots for a model on "
           "CUDA (with --rows_per_slot: 1.21-1.23x 2 at 256 clients on an H200, 0.95-0.99x "
           "at 64), 2 elsewhere (docs/operations.md)");
+ABSL_FLAG(absl::Duration, accelerator_inline_max_cost, absl::Microseconds(100),
+          "--inline_max_cost for a model on an accelerator (CUDA, MPS): its forward runs on "
+          "the device's thread while the gRPC thread that received the call only waits, so a "
+          "call as long as a forward may skip the hand-off to an executor "
+          "(docs/performance.md); -1ms = --inline_max_cost on every device");
 ABSL_FLAG(int64_t, rows_per_slot, 32,
           "With more than 2 --executors, a further batch is formed only while the requests "
           "waiting and running give each batch in flight at least this many rows "
@@ -324,6 +328,7 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   const int executors = absl::GetFlag(FLAGS_executors);
   so.batching.num_executors = executors == 0 ? 2 : executors;
   so.cuda_slots = executors == 0 ? 4 : 0;
+  so.accelerator_inline_max_cost = absl::GetFlag(FLAGS_accelerator_inline_max_cost);
   so.batching.rows_per_slot = absl::GetFlag(FLAGS_rows_per_slot);
   so.device_concurrency = absl::GetFlag(FLAGS_device_concurrency);
   so.version = version;
@@ -402,6 +407,8 @@ std::unique_ptr<metalserve::RepositoryServing> RepositoryOrExit(
   metalserve::ModelServableFactory::Options f{.batching = so.batching,
                                               .device_concurrency = so.device_concurrency,
                                               .cuda_slots = so.cuda_slots,
+                                              .accelerator_inline_max_cost =
+                                                  so.accelerator_inline_max_cost,
                                               .metrics = metrics};
   auto r = OrDie(metalserve::StartRepository(o, std::move(f), ro,
                                              absl::GetFlag(FLAGS_device_memory_budget)),

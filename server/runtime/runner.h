@@ -139,13 +139,10 @@ struct MemoryStats {
 // The executor's compute time for the batch (RunStats::compute_time) is
 // their sum plus the input checks before them.
 //
-// How the rows reached that host buffer (`staging`):
-//   kView       no copy: on the CPU, every input was one piece holding the
-//               whole batch (an unpadded one-request batch), read in place;
-//   kReused     copied into a buffer kept from an earlier batch
-//               (RuntimeOptions::staging_buffers);
-//   kAllocated  copied into a buffer allocated for this batch.
-enum class BatchStaging { kUnknown, kView, kReused, kAllocated };
+// Which host buffer the rows were copied into (`staging`): kReused, one
+// kept from an earlier batch (RuntimeOptions::staging_buffers); kAllocated,
+// one allocated for this batch.
+enum class BatchStaging { kUnknown, kReused, kAllocated };
 
 struct ComputeStages {
   absl::Duration assemble;

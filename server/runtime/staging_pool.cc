@@ -5,7 +5,10 @@
 namespace metalserve {
 
 StagingPool::StagingPool(int keep, AllocateFn allocate)
-    : keep_(keep < 0 ? 0 : keep), allocate_(std::move(allocate)) {}
+    : keep_(keep < 0 ? 0 : keep), allocate_(std::move(allocate)) {
+  absl::MutexLock lock(&mu_);
+  kept_.reserve(static_cast<size_t>(keep_));  // Give never allocates
+}
 
 StagingPool::Lease StagingPool::Take(int64_t bytes) {
   {

@@ -15,17 +15,21 @@
 //     the allocation function (whose exception, e.g. out of memory, passes
 //     through with nothing kept or lent). Its contents are whatever the last
 //     batch left: the borrower writes every byte it uses.
-//   - Give(lease) takes it back once the batch is done. It is kept only if
-//     nothing else shares its Block (Block::use_count() == 1 once the lease
-//     is given: tensors that wrap the buffer share it, so a model that kept
-//     a reference to an input keeps the buffer from reuse; it is dropped
-//     instead, and freed with the last reference). At most `keep` buffers are
-//     kept: with `keep` kept, a larger one given back replaces the smallest
-//     kept, a smaller one is dropped. keep = 0 keeps none: every Take
-//     allocates (the behaviour before the pool).
+//   - Give(lease) takes it back once the batch is done: the borrower gives
+//     it back only when nothing reads it any more, a device copy from it
+//     included (the runtime waits for its stream after a failed batch). It
+//     is kept only if nothing else shares its Block (Block::use_count() == 1
+//     once the lease is given: tensors that wrap the buffer share it, so a
+//     model that kept a reference to an input keeps the buffer from reuse;
+//     it is dropped instead, and freed with the last reference). At most
+//     `keep` buffers are kept: with `keep` kept, a larger one given back
+//     replaces the smallest kept, one no larger is dropped. keep = 0 keeps
+//     none: every Take allocates (the behaviour before the pool). Give does
+//     not allocate or throw.
 //   - Memory: the kept buffers stay allocated while the runner lives (at
-//     most `keep` of the largest batches' inputs; on CUDA pinned host memory,
-//     which LibTorch's host allocator also caches once used).
+//     most `keep` of the largest batches' inputs, kept_bytes(); on CUDA
+//     pinned host memory, which LibTorch's host allocator rounds up to a
+//     power of two and also caches once used).
 //
 // Thread-safety: Take and Give are thread-safe (several executors assemble
 // batches at once). Lent buffers are the borrower's alone.

@@ -16,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
-#include "glog/logging.h"
 #include "server/runtime/intra_op_threads.h"
 #include "server/runtime/torch_runner_internal.h"
 
@@ -147,14 +146,21 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatchStaged(
   try {
     host = HostCopies(inputs, &lease, &how);
   } catch (const std::exception& e) {
+    host.clear();
+    staging_->Give(std::move(lease));
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate the batch's host buffer: ", ModelMessage(e.what())));
   }
   const absl::Time assembled = stages != nullptr ? steady->TimeNow() : absl::InfinitePast();
   ComputeStages s{.assemble = assembled - start, .staging = how};
   absl::StatusOr<std::vector<Tensor>> result = RunHost(host, stages != nullptr ? &s : nullptr);
-  if (how == BatchStaging::kView) CheckViewsUntouched(host);
   host.clear();  // the buffer's tensors go before the buffer goes back
+  // A successful batch's outputs came back to the host on the stream that
+  // copied its inputs in, so no device copy reads the buffer any more; a
+  // failed one may have stopped with that copy still queued: wait for it.
+  if (!result.ok() && !device_->device().is_cpu()) {
+    (void)OnDevice([this] { device_->Synchronize(); });
+  }
   staging_->Give(std::move(lease));
   if (stages == nullptr) return result;
   // What the device thread did not spend on the batch, from the hand-off
@@ -186,33 +192,12 @@ int64_t AlignedBytes(int64_t bytes) {
   return (bytes + kInputAlignment - 1) / kInputAlignment * kInputAlignment;
 }
 
-// One piece holding the whole (unpadded) input, at its dtype's alignment.
-bool WholeAlignedPiece(const BatchedInput& in) {
-  if (in.pieces.size() != 1) return false;
-  const absl::string_view p = in.pieces[0];
-  return static_cast<int64_t>(p.size()) == in.RowBytes() * in.shape[0] &&
-         reinterpret_cast<uintptr_t>(p.data()) % static_cast<uintptr_t>(ItemSize(in.dtype)) == 0;
-}
-
 }  // namespace
 
 std::vector<at::Tensor> TorchRunner::HostCopies(const std::vector<BatchedInput>& inputs,
                                                 StagingPool::Lease* lease, BatchStaging* how) {
   std::vector<at::Tensor> host;
   host.reserve(inputs.size());
-  // On the CPU the forward reads the host tensors themselves: an unpadded
-  // one-request batch needs no copy (as Run's views), the request outliving
-  // its batch.
-  if (device_->device().is_cpu() && view_inputs_.load(std::memory_order_relaxed) &&
-      std::all_of(inputs.begin(), inputs.end(), WholeAlignedPiece)) {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      host.push_back(torch::from_blob(const_cast<char*>(inputs[i].pieces[0].data()),
-                                      inputs[i].shape,
-                                      at::TensorOptions().dtype(path_->input_types()[i])));
-    }
-    *how = BatchStaging::kView;
-    return host;
-  }
   int64_t total = 0;
   for (const BatchedInput& in : inputs) total += AlignedBytes(in.RowBytes() * in.shape[0]);
   *lease = staging_->Take(std::max<int64_t>(total, 1));
@@ -235,17 +220,6 @@ std::vector<at::Tensor> TorchRunner::HostCopies(const std::vector<BatchedInput>&
     base += AlignedBytes(bytes);
   }
   return host;
-}
-
-void TorchRunner::CheckViewsUntouched(const std::vector<at::Tensor>& host) {
-  for (const at::Tensor& h : host) {
-    if (h.is_inference() || h._version() == 0) continue;
-    if (view_inputs_.exchange(false)) {
-      LOG(WARNING) << "runtime: model " << info_.name
-                   << " wrote into its input; its batches' inputs are copied from now on";
-    }
-    return;
-  }
 }
 
 absl::StatusOr<std::vector<Tensor>> TorchRunner::RunHost(

@@ -166,8 +166,7 @@ struct RuntimeOptions {
   // Host buffers of finished batches kept for later ones (staging_pool.h),
   // instead of one allocated per batch (pinned on CUDA); 0 keeps none. Each
   // kept buffer holds at most one batch's inputs (the largest batches win),
-  // and stays allocated while the runner lives. On the CPU a batch that is
-  // one unpadded request needs none: its rows are read where they arrived.
+  // and stays allocated while the runner lives.
   int staging_buffers = 2;
   // "fp32", "fp16" or "bf16": the compute precision on the device. Inputs
   // are cast on the device; outputs are returned in the signature's dtype.

@@ -155,15 +155,11 @@ class TorchRunner final : public Runner {
                           int64_t bytes, int64_t rows) const;
   // Host tensors for a batch: views of `inputs` (no copy), or the pieces
   // copied once, with zero padding, into one buffer of staging_ (on CUDA
-  // pinned) that *lease holds until the batch is done; on the CPU, a batch
-  // whose every input is one whole, aligned piece is viewed in place. Says
-  // which in *how.
+  // pinned) that *lease holds until the batch is done; *how says whether
+  // that buffer was kept from an earlier batch.
   std::vector<at::Tensor> HostViews(const std::vector<Tensor>& inputs) const;
   std::vector<at::Tensor> HostCopies(const std::vector<BatchedInput>& inputs,
                                      StagingPool::Lease* lease, BatchStaging* how);
-  // After a batch read in place: a model that wrote into its inputs (their
-  // version counters moved) is given copies from then on, with one log line.
-  void CheckViewsUntouched(const std::vector<at::Tensor>& host);
   // The batch on the device (Serve there); sets the device and outputs
   // stages of *stages when not null.
   absl::StatusOr<std::vector<Tensor>> RunHost(const std::vector<at::Tensor>& host,
@@ -191,9 +187,6 @@ class TorchRunner final : public Runner {
   std::atomic<int> batches_running_{0};
   // Batch host buffers kept between batches (RuntimeOptions::staging_buffers).
   std::unique_ptr<StagingPool> staging_;
-  // On the CPU, batches of whole pieces are read in place until a model is
-  // seen writing into its inputs (CheckViewsUntouched).
-  std::atomic<bool> view_inputs_{true};
 };
 
 // The comparison settings for a load's verification: each distinct warm-up
