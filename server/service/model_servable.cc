@@ -41,6 +41,11 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
     LOG(INFO) << r->info().name << " v" << r->info().version << " on " << r->info().device
               << ": " << options.cuda_slots << " executors and device slots (--executors=0)";
   }
+  const std::string& on = r->info().device;
+  if (options.accelerator_inline_max_cost >= absl::ZeroDuration() &&
+      (absl::StrContains(on, "cuda") || absl::StrContains(on, "mps"))) {
+    batching.inline_max_cost = options.accelerator_inline_max_cost;
+  }
   s->executor_ = std::make_unique<BatchExecutor>(r, batching, s->device_slots_, model_metrics,
                                                  clock);
   // The memory figures of each of the runner's devices (its idle loop and,

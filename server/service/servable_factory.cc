@@ -97,6 +97,7 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServableFactory::LoadServabl
   ModelServable::Options mo{.batching = std::move(batching),
                             .device_concurrency = options_.device_concurrency,
                             .cuda_slots = options_.cuda_slots,
+                            .accelerator_inline_max_cost = options_.accelerator_inline_max_cost,
                             .metrics = options_.metrics, .clock = options_.clock};
   return ModelServable::Create(std::shared_ptr<Runner>(std::move(runner)), mo);
 }

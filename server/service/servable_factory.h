@@ -85,6 +85,8 @@ class ModelServableFactory final : public ServableFactory {
     BatcherOptions batching;  // the flags' defaults
     int device_concurrency = 1;
     int cuda_slots = 0;  // ModelServable::Options::cuda_slots
+    // ModelServable::Options::accelerator_inline_max_cost
+    absl::Duration accelerator_inline_max_cost = absl::Seconds(-1);
     Metrics* metrics = nullptr;  // may be null; not owned
     Clock* clock = nullptr;      // null: the real clock; not owned
     RunnerMaker make_runner;     // required

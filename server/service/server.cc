@@ -160,6 +160,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   ModelServable::Options mo{.batching = options.batching,
                             .device_concurrency = options.device_concurrency,
                             .cuda_slots = options.cuda_slots,
+                            .accelerator_inline_max_cost = options.accelerator_inline_max_cost,
                             .metrics = metrics, .clock = clock};
   // Not owned: the caller's runner outlives the server.
   std::shared_ptr<Runner> shared(runner, [](Runner*) {});

@@ -75,6 +75,11 @@ struct ServerOptions {
   // slots instead of batching.num_executors and device_concurrency
   // (ModelServable::Options::cuda_slots; metalserve's --executors=0).
   int cuda_slots = 0;
+  // >= 0: a model whose runner is on an accelerator (CUDA, MPS) runs a call
+  // inline (BatcherOptions::inline_max_cost) when its cost is at most this
+  // instead of batching.inline_max_cost
+  // (ModelServable::Options::accelerator_inline_max_cost); < 0: off.
+  absl::Duration accelerator_inline_max_cost = absl::Seconds(-1);
   std::string version = "0.0.0";
   // TLS: PEM files. Empty cert/key: plaintext. A client CA turns on mutual
   // TLS (clients must present a certificate signed by it).

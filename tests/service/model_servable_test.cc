@@ -356,6 +356,36 @@ TEST(SlotsFollowTheDeviceTest, ACudaRunnerGetsTheCudaSlotsAndAnyOtherDeviceTheFl
   EXPECT_EQ(s->device_slots(), 2);
 }
 
+TEST(InlineFollowsTheDeviceTest, AnAcceleratorRunnerGetsTheAcceleratorBoundAndTheCpuTheFlags) {
+  for (const auto& [device, bound] : std::vector<std::tuple<std::string, absl::Duration>>{
+           {"cuda:0", absl::Milliseconds(10)},
+           {"mps", absl::Milliseconds(10)},
+           {"cpu+cuda:0", absl::Milliseconds(10)},
+           {"cpu", absl::Microseconds(100)}}) {
+    auto runner = std::make_shared<FakeRunner>();
+    runner->mutable_info().device = device;
+    ModelServable::Options o;
+    o.batching.max_batch_size = 1;
+    o.batching.inline_max_cost = absl::Microseconds(100);
+    o.accelerator_inline_max_cost = absl::Milliseconds(10);
+    auto s = ModelServable::Create(runner, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ((*s)->batcher().options().inline_max_cost, bound) << device;
+  }
+  // 0 on an accelerator: never inline there; negative (off): the flags'.
+  for (const auto& [accelerator, bound] : std::vector<std::pair<absl::Duration, absl::Duration>>{
+           {absl::ZeroDuration(), absl::ZeroDuration()},
+           {absl::Milliseconds(-1), absl::Microseconds(100)}}) {
+    auto runner = std::make_shared<FakeRunner>();
+    runner->mutable_info().device = "cuda:0";
+    ModelServable::Options o;
+    o.batching.inline_max_cost = absl::Microseconds(100);
+    o.accelerator_inline_max_cost = accelerator;
+    auto s = *ModelServable::Create(runner, o);
+    EXPECT_EQ(s->batcher().options().inline_max_cost, bound);
+  }
+}
+
 TEST(BatchingForTest, ModelSettingsOverrideTheFlagsAndKeepTheRest) {
   BatcherOptions flags;
   flags.max_batch_size = 32;
