@@ -314,6 +314,7 @@ class ModelMetricsImpl final : public ModelMetrics {
     }
     series_.stage_batches->Increment();
   }
+  void BatchBufferReused() override { series_.staging_reused->Increment(); }
   void SetQueueDepth(int64_t rows) override {
     series_.queue_depth->Set(static_cast<double>(rows));
   }

@@ -198,6 +198,10 @@ class ModelMetrics {
   // compute_stage_batches_total. Default: nothing (fakes).
   virtual void BatchStages(absl::Duration /*assemble*/, absl::Duration /*wait*/,
                            absl::Duration /*device*/, absl::Duration /*outputs*/) {}
+  // Of those timed batches, one whose rows went into a host buffer kept
+  // from an earlier batch (runner.h's BatchStaging::kReused):
+  // compute_staging_reused_total. Default: nothing (fakes).
+  virtual void BatchBufferReused() {}
   // A batch of `rows` rows (padding included) that `device` ran
   // successfully, its forward taking `took`: device_batches_total,
   // device_batch_rows_total and device_busy_seconds_total. A hybrid model's

@@ -168,6 +168,13 @@ BatchFamilies::BatchFamilies(prometheus::Registry& registry)
                               "in halves) whose runtime timed their stages "
                               "(metalserve_compute_stage_seconds_total), by model version.")
                         .Register(registry)),
+      staging_reused(prometheus::BuildCounter()
+                         .Name("metalserve_compute_staging_reused_total")
+                         .Help("Of the batches in metalserve_compute_stage_batches_total, "
+                               "those whose rows were copied into a host buffer kept from "
+                               "an earlier batch instead of one allocated for them "
+                               "(--staging_buffers), by model version.")
+                         .Register(registry)),
       batches(prometheus::BuildCounter()
                   .Name("metalserve_batches_total")
                   .Help("Batches run, by model version and the reason the batch closed.")

@@ -152,7 +152,8 @@ class PriorityFamilies {
 // queue_duration_seconds, compute_duration_seconds, batch_size_rows,
 // batch_padding_rows_total, batches_cut_total, batch_cut_rows_total,
 // batches_inline_total, compute_stage_seconds_total{stage},
-// compute_stage_batches_total, batches_total{reason}, queue_depth_rows,
+// compute_stage_batches_total, compute_staging_reused_total,
+// batches_total{reason}, queue_depth_rows,
 // queue_capacity_rows and the device_* counters, every one labelled
 // {model,version}.
 struct BatchFamilies {
@@ -167,6 +168,7 @@ struct BatchFamilies {
   prometheus::Family<prometheus::Counter>& inline_batches;
   prometheus::Family<prometheus::Counter>& stage_seconds;  // also {stage}
   prometheus::Family<prometheus::Counter>& stage_batches;
+  prometheus::Family<prometheus::Counter>& staging_reused;
   prometheus::Family<prometheus::Counter>& batches;
   prometheus::Family<prometheus::Gauge>& queue_depth;
   prometheus::Family<prometheus::Gauge>& queue_capacity;

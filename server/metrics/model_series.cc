@@ -79,6 +79,7 @@ std::unique_ptr<ModelSeries> ModelSeriesSet::Create(const Key& key) const {
     s->stage_seconds[i] = &batches_->stage_seconds.Add(with("stage", kComputeStages[i]));
   }
   s->stage_batches = &batches_->stage_batches.Add(labels);
+  s->staging_reused = &batches_->staging_reused.Add(labels);
   for (size_t r = 0; r < kBatchReasons.size(); ++r) {
     s->reasons[r] = &batches_->batches.Add(with("reason", kBatchReasons[r]));
   }
@@ -100,6 +101,7 @@ void ModelSeriesSet::Remove(const ModelSeries& s) const {
   batches_->inline_batches.Remove(s.inline_batches);
   for (prometheus::Counter* c : s.stage_seconds) batches_->stage_seconds.Remove(c);
   batches_->stage_batches.Remove(s.stage_batches);
+  batches_->staging_reused.Remove(s.staging_reused);
   for (prometheus::Counter* c : s.reasons) batches_->batches.Remove(c);
   batches_->queue_depth.Remove(s.queue_depth);
   if (s.queue_capacity != nullptr) batches_->queue_capacity.Remove(s.queue_capacity);

@@ -60,6 +60,7 @@ struct ModelSeries {
   prometheus::Counter* inline_batches = nullptr;
   std::array<prometheus::Counter*, kComputeStages.size()> stage_seconds{};
   prometheus::Counter* stage_batches = nullptr;
+  prometheus::Counter* staging_reused = nullptr;
   std::array<prometheus::Counter*, kBatchReasons.size()> reasons{};
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Gauge* queue_capacity = nullptr;  // null: no capacity given

@@ -152,6 +152,7 @@ void BatchExecutor::RunGroup(const std::vector<InferTask*>& tasks) {
   const absl::Time run_end = clock_->TimeNow();
   if (out.ok() && stages.timed) {  // timed only with metrics_ set
     metrics_->BatchStages(stages.assemble, stages.wait, stages.device, stages.outputs);
+    if (stages.staging == BatchStaging::kReused) metrics_->BatchBufferReused();
   }
   const absl::Duration took = run_end - run_start;
   const absl::Duration device_time = DeviceTime(run_start, run_end);

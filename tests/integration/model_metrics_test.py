@@ -59,7 +59,8 @@ MODEL_FAMILIES = (
     "metalserve_batch_size_rows", "metalserve_batch_padding_rows_total",
     "metalserve_batches_cut_total", "metalserve_batch_cut_rows_total",
     "metalserve_batches_inline_total", "metalserve_compute_stage_seconds_total",
-    "metalserve_compute_stage_batches_total", "metalserve_batches_total",
+    "metalserve_compute_stage_batches_total", "metalserve_compute_staging_reused_total",
+    "metalserve_batches_total",
     "metalserve_queue_depth_rows", "metalserve_queue_capacity_rows")
 
 

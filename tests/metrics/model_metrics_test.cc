@@ -78,6 +78,7 @@ TEST(ModelMetricsTest, CreatesEveryInferenceSeriesAtZeroWhenAVersionLoads) {
         << stage;
   }
   EXPECT_THAT(Sample(s, A1("metalserve_compute_stage_batches_total")), Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, A1("metalserve_compute_staging_reused_total")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_queue_depth_rows")), Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_queue_capacity_rows")), Optional(Eq(64)));
 }
@@ -102,6 +103,7 @@ TEST(ModelMetricsTest, RecordsRequestsAndBatchesUnderTheirVersionOnly) {
                  absl::Microseconds(40));
   a->BatchStages(absl::Microseconds(30), absl::ZeroDuration(), absl::Milliseconds(1),
                  absl::Microseconds(2));
+  a->BatchBufferReused();
   a->SetQueueDepth(12);
   const std::string s = metrics->Scrape();
   EXPECT_THAT(Sample(s, A1("metalserve_requests_total", R"(code="OK",method="Predict")")),
@@ -140,6 +142,9 @@ TEST(ModelMetricsTest, RecordsRequestsAndBatchesUnderTheirVersionOnly) {
               Optional(DoubleNear(42e-6, 1e-12)));
   EXPECT_THAT(Sample(s, A1("metalserve_compute_stage_batches_total")), Optional(Eq(2)));
   EXPECT_THAT(Sample(s, R"(metalserve_compute_stage_batches_total{model="b",version="7"})"),
+              Optional(Eq(0)));
+  EXPECT_THAT(Sample(s, A1("metalserve_compute_staging_reused_total")), Optional(Eq(1)));
+  EXPECT_THAT(Sample(s, R"(metalserve_compute_staging_reused_total{model="b",version="7"})"),
               Optional(Eq(0)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_total", R"(reason="full")")), Optional(Eq(1)));
   EXPECT_THAT(Sample(s, A1("metalserve_batches_total", R"(reason="other")")), Optional(Eq(1)));

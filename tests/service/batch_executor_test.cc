@@ -161,7 +161,9 @@ class BatchRecorder final : public ModelMetrics {
                    absl::Duration outputs) override {
     stages.push_back({assemble, wait, device, outputs});
   }
+  void BatchBufferReused() override { ++reused; }
   std::vector<std::pair<int64_t, int64_t>> completed;  // rows, padding
+  int reused = 0;
   std::vector<int64_t> cuts;
   std::vector<std::vector<absl::Duration>> stages;  // assemble, wait, device, outputs
 };
@@ -180,11 +182,21 @@ TEST_F(BatchExecutorTest, ReportsTheStagesOfEachBatchWhoseRunnerTimesThem) {
   EXPECT_THAT(recorder.stages,
               ElementsAre(ElementsAre(absl::Microseconds(1), absl::Microseconds(2),
                                       absl::Microseconds(3), absl::Microseconds(4))));
+  EXPECT_EQ(recorder.reused, 0);  // its buffer was allocated (kUnknown here)
+  // A batch whose buffer was kept from an earlier one is counted as such.
+  runner_.set_stages({.assemble = absl::Microseconds(1), .staging = BatchStaging::kReused,
+                      .timed = true});
+  auto b = Add({.rows = 1, .value = 1.0f});
+  Run(&recorder);
+  ASSERT_THAT(b->status(), IsOk());
+  EXPECT_EQ(recorder.stages.size(), 2u);
+  EXPECT_EQ(recorder.reused, 1);
   // A failed batch's stages are not recorded (it may have stopped anywhere).
   auto poisoned = Add({.rows = 1, .value = FakeRunner::kPoison});
   Run(&recorder);
   EXPECT_THAT(poisoned->status(), StatusIs(absl::StatusCode::kInternal));
-  EXPECT_EQ(recorder.stages.size(), 1u);
+  EXPECT_EQ(recorder.stages.size(), 2u);
+  EXPECT_EQ(recorder.reused, 1);
 }
 
 TEST_F(BatchExecutorTest, ReportsABatchCutBackFromPaddingOnceWithTheRowsItLeft) {
