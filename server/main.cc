@@ -123,11 +123,13 @@ ABSL_FLAG(int, executors, 0,
           "0 (default): follow the device, 4 executors and 4 device slots for a model on "
           "CUDA (with --rows_per_slot: 1.21-1.23x 2 at 256 clients on an H200, 0.95-0.99x "
           "at 64), 2 elsewhere (docs/operations.md)");
-ABSL_FLAG(absl::Duration, accelerator_inline_max_cost, absl::Microseconds(100),
+ABSL_FLAG(absl::Duration, accelerator_inline_max_cost, absl::Milliseconds(-1),
           "--inline_max_cost for a model on an accelerator (CUDA, MPS): its forward runs on "
           "the device's thread while the gRPC thread that received the call only waits, so a "
-          "call as long as a forward may skip the hand-off to an executor "
-          "(docs/performance.md); -1ms = --inline_max_cost on every device");
+          "call as long as a forward may skip the hand-off to an executor, e.g. 10ms "
+          "(docs/performance.md); 0 = never on an accelerator; negative (default) = "
+          "--inline_max_cost on every device. A hybrid model with a CPU leg gets the "
+          "smaller of the two");
 ABSL_FLAG(int64_t, rows_per_slot, 32,
           "With more than 2 --executors, a further batch is formed only while the requests "
           "waiting and running give each batch in flight at least this many rows "
@@ -364,8 +366,8 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   ro.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
   ro.cpu_forward_on_caller = absl::GetFlag(FLAGS_cpu_forward_on_caller);
   ro.staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
-  if (ro.staging_buffers < 0) {
-    LOG(ERROR) << "flags: --staging_buffers=" << ro.staging_buffers << " must be >= 0";
+  if (ro.staging_buffers < 0 || ro.staging_buffers > 64) {
+    LOG(ERROR) << "flags: --staging_buffers=" << ro.staging_buffers << " must be in [0, 64]";
     std::exit(2);
   }
   metalserve::SetCudaSync(

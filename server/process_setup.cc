@@ -92,6 +92,11 @@ void LogStart(const std::string& version, const RuntimeOptions& ro, const Server
             << absl::FormatDuration(so.batching.priority_active_window)
             << " latency_target=" << absl::FormatDuration(so.batching.latency_target)
             << " inline_max_cost=" << absl::FormatDuration(so.batching.inline_max_cost)
+            << (so.accelerator_inline_max_cost >= absl::ZeroDuration()
+                    ? absl::StrCat(" (",
+                                   absl::FormatDuration(so.accelerator_inline_max_cost),
+                                   " on an accelerator)")
+                    : "")
             << " executors=" << so.batching.num_executors
             << (so.cuda_slots > 0 ? absl::StrCat(" (", so.cuda_slots, " on CUDA)") : "")
             << " rows_per_slot=" << so.batching.rows_per_slot

@@ -158,10 +158,20 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatchStaged(
   // A successful batch's outputs came back to the host on the stream that
   // copied its inputs in, so no device copy reads the buffer any more; a
   // failed one may have stopped with that copy still queued: wait for it.
+  // A device that cannot even synchronize (a device-side assert leaves CUDA
+  // failed) keeps the buffer from reuse: it is dropped, not given back.
+  bool settled = true;
   if (!result.ok() && !device_->device().is_cpu()) {
-    (void)OnDevice([this] { device_->Synchronize(); });
+    const absl::Status synced = OnDevice([&] {
+      try {
+        device_->Synchronize();
+      } catch (const std::exception&) {
+        settled = false;
+      }
+    });
+    settled = settled && synced.ok();
   }
-  staging_->Give(std::move(lease));
+  if (settled) staging_->Give(std::move(lease));
   if (stages == nullptr) return result;
   // What the device thread did not spend on the batch, from the hand-off
   // to it until this thread has the outcome back: both hand-offs, and the

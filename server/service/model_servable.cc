@@ -1,5 +1,6 @@
 #include "server/service/model_servable.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,10 +42,16 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
     LOG(INFO) << r->info().name << " v" << r->info().version << " on " << r->info().device
               << ": " << options.cuda_slots << " executors and device slots (--executors=0)";
   }
+  // An accelerator's forward runs on its device thread while the receiving
+  // thread waits; a hybrid runner with a CPU leg may compute a lone call on
+  // that thread itself, so it keeps the smaller bound.
   const std::string& on = r->info().device;
   if (options.accelerator_inline_max_cost >= absl::ZeroDuration() &&
       (absl::StrContains(on, "cuda") || absl::StrContains(on, "mps"))) {
-    batching.inline_max_cost = options.accelerator_inline_max_cost;
+    batching.inline_max_cost =
+        absl::StrContains(on, "cpu")
+            ? std::min(batching.inline_max_cost, options.accelerator_inline_max_cost)
+            : options.accelerator_inline_max_cost;
   }
   s->executor_ = std::make_unique<BatchExecutor>(r, batching, s->device_slots_, model_metrics,
                                                  clock);

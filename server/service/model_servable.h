@@ -53,12 +53,13 @@ class ModelServable final : public Servable {
     // slot count following the device; see ServerOptions::cuda_slots).
     // 0: the two as given on every device.
     int cuda_slots = 0;
-    // >= 0: on a runner with an accelerator device (CUDA or MPS, alone or
-    // among a hybrid runner's devices), batching.inline_max_cost becomes
-    // this: its forward runs on the device's thread while the thread that
-    // received the call only waits, so a call as long as a forward may skip
-    // the hand-off to an executor (ServerOptions::accelerator_inline_max_cost).
-    // < 0: batching.inline_max_cost on every device.
+    // >= 0: on a runner with an accelerator device (CUDA or MPS),
+    // batching.inline_max_cost becomes this: its forward runs on the
+    // device's thread while the thread that received the call only waits,
+    // so a call as long as a forward may skip the hand-off to an executor
+    // (ServerOptions::accelerator_inline_max_cost). A hybrid runner with a
+    // CPU leg (which may compute a lone call on that thread) gets the
+    // smaller of the two. < 0: batching.inline_max_cost on every device.
     absl::Duration accelerator_inline_max_cost = absl::Seconds(-1);
     // May be null. Not owned; must outlive the servable. The servable's
     // series (Metrics::ForModel) are created here, labelled with the

@@ -360,7 +360,7 @@ TEST(InlineFollowsTheDeviceTest, AnAcceleratorRunnerGetsTheAcceleratorBoundAndTh
   for (const auto& [device, bound] : std::vector<std::tuple<std::string, absl::Duration>>{
            {"cuda:0", absl::Milliseconds(10)},
            {"mps", absl::Milliseconds(10)},
-           {"cpu+cuda:0", absl::Milliseconds(10)},
+           {"cpu+cuda:0", absl::Microseconds(100)},  // a CPU leg: the smaller
            {"cpu", absl::Microseconds(100)}}) {
     auto runner = std::make_shared<FakeRunner>();
     runner->mutable_info().device = device;
