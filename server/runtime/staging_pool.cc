@@ -1,5 +1,6 @@
 #include "server/runtime/staging_pool.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace metalserve {
@@ -34,30 +35,26 @@ StagingPool::Lease StagingPool::Take(int64_t bytes) {
   return lease;
 }
 
+// What is not kept stays in `lease`, a parameter: it is freed after the
+// function's locals, so outside the lock.
 void StagingPool::Give(Lease lease) {
   if (lease.block == nullptr) return;
-  Lease dropped;  // freed outside the lock
   absl::MutexLock lock(&mu_);
   if (lease.block.use_count() != 1) {
     ++dropped_shared_;
-    dropped = std::move(lease);
     return;
   }
-  lease.reused = false;
   if (static_cast<int>(kept_.size()) < keep_) {
     kept_.push_back(std::move(lease));
     return;
   }
-  if (kept_.empty()) {  // keep_ == 0
-    dropped = std::move(lease);
-    return;
+  // Full (none kept when keep_ is 0): a larger one replaces the smallest.
+  auto smallest = std::min_element(
+      kept_.begin(), kept_.end(),
+      [](const Lease& a, const Lease& b) { return a.capacity < b.capacity; });
+  if (smallest != kept_.end() && lease.capacity > smallest->capacity) {
+    std::swap(lease, *smallest);
   }
-  size_t smallest = 0;
-  for (size_t i = 1; i < kept_.size(); ++i) {
-    if (kept_[i].capacity < kept_[smallest].capacity) smallest = i;
-  }
-  if (lease.capacity > kept_[smallest].capacity) std::swap(lease, kept_[smallest]);
-  dropped = std::move(lease);
 }
 
 int64_t StagingPool::kept_bytes() const {

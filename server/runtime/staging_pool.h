@@ -67,7 +67,6 @@ class StagingPool {
   Lease Take(int64_t bytes);
   void Give(Lease lease);
 
-  int keep() const { return keep_; }
   // Bytes of the buffers kept now (not counting those lent).
   int64_t kept_bytes() const;
   // Buffers given back but dropped because something still shared them.

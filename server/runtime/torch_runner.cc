@@ -146,8 +146,7 @@ absl::StatusOr<std::vector<Tensor>> TorchRunner::RunBatchStaged(
   try {
     host = HostCopies(inputs, &lease, &how);
   } catch (const std::exception& e) {
-    host.clear();
-    staging_->Give(std::move(lease));
+    staging_->Give(std::move(lease));  // taken before the throw, if at all
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate the batch's host buffer: ", ModelMessage(e.what())));
   }
