@@ -101,6 +101,12 @@ ABSL_FLAG(int, staging_buffers, 2,
           "(pinned on CUDA) instead of allocating one per batch; each holds at most one "
           "batch's inputs (the largest batches are kept) while the version is loaded. "
           "0 = allocate per batch (docs/performance.md)");
+ABSL_FLAG(absl::Duration, accelerator_spin, absl::ZeroDuration(),
+          "How long an accelerator's (CUDA, MPS) device thread polls for the next batch "
+          "after one, and a caller whose batch went to an idle device polls for its end, "
+          "before each sleeps: saves a thread wake-up each way at light load for up to "
+          "this much of a core per batch, e.g. 1ms; 0 (default) = sleep at once; at most "
+          "100ms (server/runtime/device_thread.h, docs/performance.md)");
 ABSL_FLAG(std::string, cuda_sync, "auto",
           "How a thread waits for a CUDA device: auto (CUDA's choice: spin while the "
           "process has fewer contexts than cores), spin, yield, or block (sleep until "
@@ -365,6 +371,13 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   ro.optimize = absl::GetFlag(FLAGS_optimize);
   ro.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
   ro.cpu_forward_on_caller = absl::GetFlag(FLAGS_cpu_forward_on_caller);
+  ro.accelerator_spin = absl::GetFlag(FLAGS_accelerator_spin);
+  if (ro.accelerator_spin < absl::ZeroDuration() ||
+      ro.accelerator_spin > absl::Milliseconds(100)) {
+    LOG(ERROR) << "flags: --accelerator_spin=" << absl::FormatDuration(ro.accelerator_spin)
+               << " must be in [0, 100ms]";
+    std::exit(2);
+  }
   ro.staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
   if (ro.staging_buffers < 0 || ro.staging_buffers > 64) {
     LOG(ERROR) << "flags: --staging_buffers=" << ro.staging_buffers << " must be in [0, 64]";

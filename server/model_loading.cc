@@ -13,7 +13,7 @@ std::shared_ptr<DeviceThread> DeviceThreads::For(const std::string& device) {
   absl::MutexLock l(&mu_);
   std::shared_ptr<DeviceThread>& t = threads_[device];
   if (t == nullptr) {
-    t = DeviceThread::Create(device, {.order = order_});
+    t = DeviceThread::Create(device, DeviceThread::ForDevice(device, order_, spin_));
     LOG(INFO) << "repository: device thread for " << device << " started; every model on "
               << device << " shares it";
   }
@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<RepositoryServing>> StartRepository(
     const RuntimeOptions& runtime, int64_t device_memory_budget) {
   auto r = std::make_unique<RepositoryServing>();
   r->threads.set_order(runtime.device_order);
+  r->threads.set_accelerator_spin(runtime.accelerator_spin);
   ASSIGN_OR_RETURN(r->memory_budget,
                    MemoryBudget::Create({.budget_bytes = device_memory_budget}));
   factory.memory_budget = r->memory_budget.get();

@@ -15,6 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/metrics/metrics.h"
 #include "server/repository/model_repository.h"
 #include "server/runtime/cache_policy.h"
@@ -41,6 +42,12 @@ class DeviceThreads {
     absl::MutexLock l(&mu_);
     order_ = order;
   }
+  // The polling of accelerator threads created from now on
+  // (DeviceThread::ForDevice).
+  void set_accelerator_spin(absl::Duration spin) {
+    absl::MutexLock l(&mu_);
+    spin_ = spin;
+  }
   // The devices' cache policies, one per device as the threads are
   // (cache_policy.h): every model on a device shares its cache clearing.
   CachePolicies* cache_policies() { return &cache_policies_; }
@@ -48,6 +55,7 @@ class DeviceThreads {
  private:
   absl::Mutex mu_;
   FairQueue::Order order_ ABSL_GUARDED_BY(mu_) = FairQueue::Order::kFair;
+  absl::Duration spin_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::map<std::string, std::shared_ptr<DeviceThread>> threads_ ABSL_GUARDED_BY(mu_);
   CachePolicies cache_policies_;
 };

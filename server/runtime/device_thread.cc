@@ -1,5 +1,6 @@
 #include "server/runtime/device_thread.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,39 @@
 #include "glog/logging.h"
 
 namespace metalserve {
+namespace {
+
+// One pause of a polling loop: tells the core this thread is spinning (a
+// hyper-thread sibling gets the pipeline; less power).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Polls `ready` until it returns true or `spin` has passed on the steady
+// clock; returns its last answer. Never polls for a zero or negative spin.
+template <typename Ready>
+bool PollUntil(absl::Duration spin, Ready ready) {
+  if (spin <= absl::ZeroDuration()) return false;
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(spin);
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      CpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
+}
+
+}  // namespace
+
+DeviceThread::Options DeviceThread::ForDevice(absl::string_view device, FairQueue::Order order,
+                                              absl::Duration accelerator_spin) {
+  return {.order = order, .spin = device == "cpu" ? absl::ZeroDuration() : accelerator_spin};
+}
 
 std::shared_ptr<DeviceThread> DeviceThread::Create(std::string name) {
   return Create(std::move(name), Options{});
@@ -20,6 +54,7 @@ DeviceThread::DeviceThread(std::string name, Options options)
     : name_(std::move(name)),
       order_(options.order),
       clock_(options.clock != nullptr ? options.clock : Clock::SteadyClock()),
+      spin_(options.spin),
       queue_(options.order) {
   thread_ = std::thread([this] { Loop(); });
   thread_id_ = thread_.get_id();
@@ -33,10 +68,17 @@ absl::Status DeviceThread::Refused() const {
 }
 
 absl::Status DeviceThread::Submit(absl::string_view key, absl::AnyInvocable<void()> fn) {
+  return Push(key, std::move(fn), nullptr);
+}
+
+absl::Status DeviceThread::Push(absl::string_view key, absl::AnyInvocable<void()> fn,
+                                bool* was_idle) {
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
+      if (was_idle != nullptr) *was_idle = running_ == 0 && !held_by_caller_ && queue_.empty();
       queue_.Push(key, std::move(fn));
+      has_work_.store(true, std::memory_order_release);
       return absl::OkStatus();
     }
   }
@@ -49,11 +91,21 @@ absl::Status DeviceThread::RunSync(absl::string_view key, absl::FunctionRef<void
     return absl::OkStatus();
   }
   absl::Notification done;
-  absl::Status accepted = Submit(key, [&fn, &done] {
-    fn();
-    done.Notify();
-  });
-  if (accepted.ok()) done.WaitForNotification();
+  bool was_idle = false;
+  absl::Status accepted = Push(
+      key,
+      [&fn, &done] {
+        fn();
+        done.Notify();
+      },
+      &was_idle);
+  if (!accepted.ok()) return accepted;
+  // Work that starts at once is worth polling for; work queued behind
+  // other work would poll through all of it.
+  if (was_idle && PollUntil(spin_, [&done] { return done.HasBeenNotified(); })) {
+    caught_polling_.fetch_add(1, std::memory_order_relaxed);
+  }
+  done.WaitForNotification();
   return accepted;
 }
 
@@ -93,12 +145,29 @@ int64_t DeviceThread::ran_on_callers() const {
   return ran_on_callers_;
 }
 
+int64_t DeviceThread::sleeps() const {
+  absl::MutexLock lock(&mu_);
+  return sleeps_;
+}
+
+int64_t DeviceThread::caught_polling() const {
+  return caught_polling_.load(std::memory_order_relaxed);
+}
+
+bool DeviceThread::PollForWork() {
+  return PollUntil(spin_, [this] {
+    return has_work_.load(std::memory_order_acquire) ||
+           stopping_seen_.load(std::memory_order_acquire);
+  });
+}
+
 void DeviceThread::Shutdown() {
   CHECK(!IsCurrent()) << "DeviceThread " << name_
                       << ": Shutdown or destruction on its own thread";
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    stopping_seen_.store(true, std::memory_order_release);
   }
   absl::MutexLock join(&join_mu_);
   if (thread_.joinable()) thread_.join();
@@ -121,23 +190,33 @@ absl::Duration DeviceThread::virtual_time(absl::string_view key) const {
 
 // Runs work in the queue's order until Shutdown has begun and the queue is
 // empty, charging each item's measured time to its key before the next Pop.
+// With a spin, polls for the next item before sleeping (the contract).
 void DeviceThread::Loop() {
   std::string key;
   absl::Duration cost;
   bool ran = false;
+  const absl::Condition ready(
+      +[](DeviceThread* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
+        return !t->held_by_caller_ && (t->stopping_ || !t->queue_.empty());
+      },
+      this);
   while (true) {
     FairQueue::Item item;
+    bool poll = false;
     {
       absl::MutexLock lock(&mu_);
       if (ran) queue_.Charge(key, cost);
       running_ = 0;
-      mu_.Await(absl::Condition(
-          +[](DeviceThread* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-            return !t->held_by_caller_ && (t->stopping_ || !t->queue_.empty());
-          },
-          this));
+      poll = ran && spin_ > absl::ZeroDuration() && !ready.Eval();
+    }
+    if (poll) PollForWork();
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ready.Eval()) ++sleeps_;
+      mu_.Await(ready);
       if (queue_.empty()) return;
       item = queue_.Pop();
+      has_work_.store(!queue_.empty(), std::memory_order_release);
       running_ = 1;
     }
     const absl::Time start = clock_->TimeNow();

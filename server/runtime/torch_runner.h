@@ -168,6 +168,11 @@ struct RuntimeOptions {
   // kept buffer holds at most one batch's inputs (the largest batches win),
   // and stays allocated while the runner lives.
   int staging_buffers = 2;
+  // How long the device thread of an accelerator (CUDA, MPS) this runner
+  // creates, and RunSync callers waiting for it, poll before sleeping
+  // (DeviceThread::Options::spin, set per device by DeviceThread::ForDevice;
+  // the CPU's thread never polls). Zero: never.
+  absl::Duration accelerator_spin = absl::ZeroDuration();
   // "fp32", "fp16" or "bf16": the compute precision on the device. Inputs
   // are cast on the device; outputs are returned in the signature's dtype.
   std::string precision = "fp32";

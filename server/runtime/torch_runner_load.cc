@@ -190,7 +190,11 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
   if (thread == nullptr && options.device_thread_for) {
     thread = options.device_thread_for(choice.name);
   }
-  if (thread == nullptr) thread = DeviceThread::Create(choice.name, {.order = options.device_order});
+  if (thread == nullptr) {
+    thread = DeviceThread::Create(
+        choice.name,
+        DeviceThread::ForDevice(choice.name, options.device_order, options.accelerator_spin));
+  }
   device_key_ = options.device_key;
   // Confirmed at the end of warm-up, once the intra-op threads of every
   // size are known (WarmUp).

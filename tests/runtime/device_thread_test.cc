@@ -302,5 +302,73 @@ TEST(DeviceThreadTest, ShutdownWaitsForACallerHoldingTheDeviceThenRefuses) {
   EXPECT_FALSE(ran);
 }
 
+// Polling (Options::spin). The spins below are far longer than any test
+// runs, so "polled" and "slept" do not depend on how fast this host is.
+constexpr absl::Duration kLongSpin = absl::Minutes(10);
+
+TEST(DeviceThreadTest, ForDeviceSpinsOnAcceleratorsOnly) {
+  const absl::Duration spin = absl::Microseconds(300);
+  EXPECT_EQ(DeviceThread::ForDevice("cpu", FairQueue::Order::kFair, spin).spin,
+            absl::ZeroDuration());
+  EXPECT_EQ(DeviceThread::ForDevice("cuda:0", FairQueue::Order::kFair, spin).spin, spin);
+  EXPECT_EQ(DeviceThread::ForDevice("mps", FairQueue::Order::kFifo, spin).spin, spin);
+  EXPECT_EQ(DeviceThread::ForDevice("mps", FairQueue::Order::kFifo, spin).order,
+            FairQueue::Order::kFifo);
+}
+
+// A polling thread takes the next item without going to sleep: at most the
+// one sleep before the first item (the thread may reach its wait first).
+TEST(DeviceThreadTest, APollingThreadTakesWorkBetweenItemsWithoutSleeping) {
+  auto dt = DeviceThread::Create("cuda:0", {.spin = kLongSpin});
+  int ran = 0;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(dt->RunSync("m:1", [&] { ++ran; }).ok());
+  EXPECT_EQ(ran, 5);
+  EXPECT_LE(dt->sleeps(), 1);
+}
+
+// Without a spin the thread sleeps once nothing is queued.
+TEST(DeviceThreadTest, AThreadWithoutSpinSleepsWhenIdle) {
+  auto dt = DeviceThread::Create("cuda:0");
+  ASSERT_TRUE(dt->RunSync("m:1", [] {}).ok());
+  while (dt->sleeps() < 1) std::this_thread::yield();
+  const int64_t before = dt->sleeps();
+  ASSERT_TRUE(dt->RunSync("m:1", [] {}).ok());
+  while (dt->sleeps() == before) std::this_thread::yield();  // it sleeps again
+  EXPECT_GT(dt->sleeps(), before);
+  EXPECT_EQ(dt->caught_polling(), 0);
+}
+
+// Shutdown ends a poll at once: this test would wait out kLongSpin.
+TEST(DeviceThreadTest, ShutdownEndsAPollAtOnce) {
+  auto dt = DeviceThread::Create("cuda:0", {.spin = kLongSpin});
+  ASSERT_TRUE(dt->RunSync("m:1", [] {}).ok());
+  dt->Shutdown();
+  EXPECT_FALSE(dt->accepting());
+}
+
+// A RunSync whose work starts at once polls for its end and sees it there.
+TEST(DeviceThreadTest, RunSyncToAnIdleDevicePollsForItsEnd) {
+  auto dt = DeviceThread::Create("cuda:0", {.spin = kLongSpin});
+  int ran = 0;
+  ASSERT_TRUE(dt->RunSync("m:1", [&] { ++ran; }).ok());
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(dt->caught_polling(), 1);
+}
+
+// Work queued behind other work does not poll (it would spin through all of
+// it): the caller sleeps, and its work still runs in its turn.
+TEST(DeviceThreadTest, RunSyncBehindOtherWorkDoesNotPoll) {
+  auto dt = DeviceThread::Create("cuda:0", {.spin = kLongSpin});
+  absl::Notification release;
+  BlockDeviceThread(*dt, release);
+  bool ran = false;
+  std::thread caller([&] { EXPECT_TRUE(dt->RunSync("m:1", [&] { ran = true; }).ok()); });
+  while (dt->pending() < 2) std::this_thread::yield();
+  release.Notify();
+  caller.join();
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(dt->caught_polling(), 0);
+}
+
 }  // namespace
 }  // namespace metalserve
