@@ -102,11 +102,12 @@ ABSL_FLAG(int, staging_buffers, 2,
           "batch's inputs (the largest batches are kept) while the version is loaded. "
           "0 = allocate per batch (docs/performance.md)");
 ABSL_FLAG(absl::Duration, accelerator_spin, absl::ZeroDuration(),
-          "How long an accelerator's (CUDA, MPS) device thread polls for the next batch "
-          "after one, and a caller whose batch went to an idle device polls for its end, "
-          "before each sleeps: saves a thread wake-up each way at light load for up to "
-          "this much of a core per batch, e.g. 1ms; 0 (default) = sleep at once; at most "
-          "100ms (server/runtime/device_thread.h, docs/performance.md)");
+          "How long an accelerator's (CUDA, MPS) device thread polls for its next work "
+          "after any (batches, loads, warm-up), and a caller whose batch went to an idle "
+          "device polls for its end, before each sleeps: saves a thread wake-up each way at "
+          "light load, for the caller's core through each batch and up to this much of the "
+          "device thread's after it, e.g. 1ms; 0 (default) = sleep at once; at most 100ms "
+          "(server/runtime/device_thread.h, docs/performance.md)");
 ABSL_FLAG(std::string, cuda_sync, "auto",
           "How a thread waits for a CUDA device: auto (CUDA's choice: spin while the "
           "process has fewer contexts than cores), spin, yield, or block (sleep until "

@@ -1,6 +1,8 @@
 #include "server/runtime/device_thread.h"
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,7 +41,8 @@ bool PollUntil(absl::Duration spin, Ready ready) {
 
 DeviceThread::Options DeviceThread::ForDevice(absl::string_view device, FairQueue::Order order,
                                               absl::Duration accelerator_spin) {
-  return {.order = order, .spin = device == "cpu" ? absl::ZeroDuration() : accelerator_spin};
+  const bool polls = device != "cpu" && std::thread::hardware_concurrency() >= 2;
+  return {.order = order, .spin = polls ? accelerator_spin : absl::ZeroDuration()};
 }
 
 std::shared_ptr<DeviceThread> DeviceThread::Create(std::string name) {
@@ -54,7 +57,7 @@ DeviceThread::DeviceThread(std::string name, Options options)
     : name_(std::move(name)),
       order_(options.order),
       clock_(options.clock != nullptr ? options.clock : Clock::SteadyClock()),
-      spin_(options.spin),
+      spin_(std::min(options.spin, absl::Hours(1))),
       queue_(options.order) {
   thread_ = std::thread([this] { Loop(); });
   thread_id_ = thread_.get_id();

@@ -33,7 +33,9 @@
 //     once) polls for its end for up to `spin` before it sleeps. Each poll
 //     that catches its event saves a sleeping thread's wake-up (tens to
 //     hundreds of microseconds each on an idle host: docs/performance.md),
-//     at the price of a core busy for up to `spin` per item at light load.
+//     at a price in CPU at light load: the caller's core through the item,
+//     and the device thread's for up to `spin` after it (on CUDA, whose own
+//     wait spins by default, a second core through each forward).
 //     Under saturation neither polls much: the queue is rarely empty after
 //     an item, and work submitted behind other work never polls. Zero (the
 //     default) never polls. The order and the contract above are the same
@@ -92,13 +94,15 @@ class DeviceThread {
     // Clock::SteadyClock().
     Clock* clock = nullptr;
     // How long the thread and its RunSync callers poll before sleeping (the
-    // contract above); measured on the steady clock, never `clock`.
+    // contract above); measured on the steady clock, never `clock`. Values
+    // above an hour are taken as an hour.
     absl::Duration spin = absl::ZeroDuration();
   };
 
   // The options of a device's thread: `order`, and `accelerator_spin` unless
   // `device` is the CPU ("cpu"), whose forwards want every core for their
-  // intra-op threads (a polling thread would take one from them).
+  // intra-op threads (a polling thread would take one from them), or the
+  // host has one core (a polling caller would hold the core its work needs).
   static Options ForDevice(absl::string_view device, FairQueue::Order order,
                            absl::Duration accelerator_spin);
 
@@ -124,8 +128,10 @@ class DeviceThread {
   absl::Status RunHereIfIdle(absl::string_view key, absl::FunctionRef<void()> fn);
   // How many RunHereIfIdle calls ran on their caller's thread.
   int64_t ran_on_callers() const;
-  // How many times the thread went to sleep waiting for work, and how many
-  // RunSync calls saw their work end while polling (Options::spin).
+  // How many times the thread went to sleep waiting for work (before its
+  // first item and while a RunHereIfIdle caller held the device included),
+  // and how many RunSync calls saw their work end while polling
+  // (Options::spin).
   int64_t sleeps() const;
   int64_t caught_polling() const;
   absl::Duration spin() const { return spin_; }
@@ -155,9 +161,10 @@ class DeviceThread {
   const std::string name_;
   // Queues `fn` (Submit); *was_idle, when not null, says whether nothing
   // was running, queued or held then (the work starts at once).
-  absl::Status Push(absl::string_view key, absl::AnyInvocable<void()> fn, bool* was_idle);
+  absl::Status Push(absl::string_view key, absl::AnyInvocable<void()> fn, bool* was_idle)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Polls (up to spin_) for queued work or Shutdown; true when either came.
-  bool PollForWork();
+  bool PollForWork() ABSL_LOCKS_EXCLUDED(mu_);
 
   const FairQueue::Order order_;
   Clock* const clock_;

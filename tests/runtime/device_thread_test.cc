@@ -303,46 +303,82 @@ TEST(DeviceThreadTest, ShutdownWaitsForACallerHoldingTheDeviceThenRefuses) {
 }
 
 // Polling (Options::spin). The spins below are far longer than any test
-// runs, so "polled" and "slept" do not depend on how fast this host is.
+// runs, so "polled" and "slept" do not depend on how fast this host is; the
+// bounded waits are for things that must not happen (with polling broken,
+// they happen well within them).
 constexpr absl::Duration kLongSpin = absl::Minutes(10);
+
+// True if `dt` has slept more than `n` times within `bound` (polled for, on
+// this thread).
+bool SleepsAbove(const DeviceThread& dt, int64_t n, absl::Duration bound) {
+  const absl::Time end = absl::Now() + bound;
+  while (absl::Now() < end) {
+    if (dt.sleeps() > n) return true;
+    std::this_thread::yield();
+  }
+  return dt.sleeps() > n;
+}
+
+// Runs an empty item; returns the thread's sleeps() read inside it (the
+// sleeps before the item counted, none after).
+int64_t SleepsDuringAnItem(DeviceThread& dt) {
+  int64_t during = -1;
+  EXPECT_TRUE(dt.RunSync("m:1", [&] { during = dt.sleeps(); }).ok());
+  return during;
+}
 
 TEST(DeviceThreadTest, ForDeviceSpinsOnAcceleratorsOnly) {
   const absl::Duration spin = absl::Microseconds(300);
+  // A host of one core polls nowhere (the caller would hold the only core).
+  const absl::Duration accelerator =
+      std::thread::hardware_concurrency() >= 2 ? spin : absl::ZeroDuration();
   EXPECT_EQ(DeviceThread::ForDevice("cpu", FairQueue::Order::kFair, spin).spin,
             absl::ZeroDuration());
-  EXPECT_EQ(DeviceThread::ForDevice("cuda:0", FairQueue::Order::kFair, spin).spin, spin);
-  EXPECT_EQ(DeviceThread::ForDevice("mps", FairQueue::Order::kFifo, spin).spin, spin);
+  EXPECT_EQ(DeviceThread::ForDevice("cuda:0", FairQueue::Order::kFair, spin).spin, accelerator);
+  EXPECT_EQ(DeviceThread::ForDevice("mps", FairQueue::Order::kFifo, spin).spin, accelerator);
   EXPECT_EQ(DeviceThread::ForDevice("mps", FairQueue::Order::kFifo, spin).order,
             FairQueue::Order::kFifo);
+  EXPECT_EQ(DeviceThread::Create("cuda:0", {.spin = absl::InfiniteDuration()})->spin(),
+            absl::Hours(1));
 }
 
-// A polling thread takes the next item without going to sleep: at most the
-// one sleep before the first item (the thread may reach its wait first).
+// A polling thread takes the next item without going to sleep, however
+// long the caller takes between items.
 TEST(DeviceThreadTest, APollingThreadTakesWorkBetweenItemsWithoutSleeping) {
   auto dt = DeviceThread::Create("cuda:0", {.spin = kLongSpin});
+  const int64_t first = SleepsDuringAnItem(*dt);  // 0 or 1: before the first item
   int ran = 0;
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(dt->RunSync("m:1", [&] { ++ran; }).ok());
-  EXPECT_EQ(ran, 5);
-  EXPECT_LE(dt->sleeps(), 1);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(SleepsAbove(*dt, first, absl::Milliseconds(20)));
+    ASSERT_TRUE(dt->RunSync("m:1", [&] { ++ran; }).ok());
+  }
+  EXPECT_EQ(ran, 3);
+  EXPECT_EQ(dt->sleeps(), first);
 }
 
-// Without a spin the thread sleeps once nothing is queued.
+// Without a spin the thread sleeps once nothing is queued, and no caller
+// polls.
 TEST(DeviceThreadTest, AThreadWithoutSpinSleepsWhenIdle) {
   auto dt = DeviceThread::Create("cuda:0");
-  ASSERT_TRUE(dt->RunSync("m:1", [] {}).ok());
-  while (dt->sleeps() < 1) std::this_thread::yield();
-  const int64_t before = dt->sleeps();
-  ASSERT_TRUE(dt->RunSync("m:1", [] {}).ok());
-  while (dt->sleeps() == before) std::this_thread::yield();  // it sleeps again
-  EXPECT_GT(dt->sleeps(), before);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t during = SleepsDuringAnItem(*dt);
+    EXPECT_TRUE(SleepsAbove(*dt, during, absl::Seconds(30)));
+  }
   EXPECT_EQ(dt->caught_polling(), 0);
 }
 
-// Shutdown ends a poll at once: this test would wait out kLongSpin.
-TEST(DeviceThreadTest, ShutdownEndsAPollAtOnce) {
-  auto dt = DeviceThread::Create("cuda:0", {.spin = kLongSpin});
-  ASSERT_TRUE(dt->RunSync("m:1", [] {}).ok());
-  dt->Shutdown();
+// Shutdown ends a poll at once, not after the spin.
+TEST(DeviceThreadTest, ShutdownEndsAPoll) {
+  auto dt = DeviceThread::Create("cuda:0", {.spin = absl::Seconds(40)});
+  const int64_t during = SleepsDuringAnItem(*dt);
+  EXPECT_FALSE(SleepsAbove(*dt, during, absl::Milliseconds(20)));  // polling now
+  absl::Notification shut;
+  std::thread stopper([&] {
+    dt->Shutdown();
+    shut.Notify();
+  });
+  EXPECT_TRUE(shut.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  stopper.join();
   EXPECT_FALSE(dt->accepting());
 }
 
