@@ -108,6 +108,12 @@ ABSL_FLAG(absl::Duration, accelerator_spin, absl::ZeroDuration(),
           "light load, for the caller's core through each batch and up to this much of the "
           "device thread's after it, e.g. 1ms; 0 (default) = sleep at once; at most 100ms "
           "(server/runtime/device_thread.h, docs/performance.md)");
+ABSL_FLAG(absl::Duration, null_device_time, absl::ZeroDuration(),
+          "With --model=null:<signature.json>: each batch also waits this long on a "
+          "simulated accelerator (device \"simulated-cuda\", served as a CUDA model: "
+          "executors, --accelerator_inline_max_cost, --accelerator_spin), to benchmark "
+          "the scheduling of a GPU model on a host without one (server/service/null_runner.h); "
+          "0 (default) = no device");
 ABSL_FLAG(std::string, cuda_sync, "auto",
           "How a thread waits for a CUDA device: auto (CUDA's choice: spin while the "
           "process has fewer contexts than cores), spin, yield, or block (sleep until "
@@ -258,13 +264,20 @@ std::unique_ptr<metalserve::Runner> RunnerOrExit(const metalserve::RuntimeOption
   if (!absl::StartsWith(model, metalserve::kNullModelPrefix)) {
     return LoadModelOrExit(ro, metrics, dump_path);
   }
+  if (absl::GetFlag(FLAGS_null_device_time) < absl::ZeroDuration()) {
+    LOG(ERROR) << "flags: --null_device_time="
+               << absl::FormatDuration(absl::GetFlag(FLAGS_null_device_time)) << " must be >= 0";
+    std::exit(2);
+  }
   const std::string path(model.substr(metalserve::kNullModelPrefix.size()));
   auto sig = metalserve::ReadModelSignature(path);
   if (!sig.ok()) {
     LOG(ERROR) << "--model=" << model << ": " << sig.status();
     std::exit(1);
   }
-  auto runner = metalserve::NullRunner::Create(*std::move(sig));
+  auto runner = metalserve::NullRunner::Create(
+      *std::move(sig), {.device_time = absl::GetFlag(FLAGS_null_device_time),
+                        .spin = ro.accelerator_spin});
   if (!runner.ok()) {
     LOG(ERROR) << "--model=" << model << ": " << runner.status();
     std::exit(1);

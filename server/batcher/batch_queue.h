@@ -259,6 +259,14 @@ struct BatcherOptions {
   // metalserve's --inline_max_cost sets it). Needs the cost curve (kAdaptive,
   // a latency target or priority isolation). >= 0.
   absl::Duration inline_max_cost = absl::ZeroDuration();
+  // Whether a submitter that ran its own call takes the calls that arrived
+  // meanwhile (follow-ons, Batcher::kSubmitterHold), and so whether such a
+  // call waits for that submitter instead of waking an executor. Off for a
+  // model on an accelerator given its own bound (ModelServable): there the
+  // submitter only waits through each forward, so taking the next calls one
+  // after another serialises their host work, which executors would overlap
+  // with the device (measured at c=4, docs/performance.md).
+  bool inline_follow_ons = true;
 
   absl::Status Validate() const;
   // The level a request asking for `priority` (0: none) gets, or

@@ -88,7 +88,8 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
       // only: a batched model's calls that arrived meanwhile are a batch
       // for an executor to form (woken below), not rows to run one by one.
       const absl::Time hold_until = now + kSubmitterHold * options_.inline_max_cost;
-      for (int n = 0; unbatched && n < kMaxFollowOns && MayFollowOn() &&
+      for (int n = 0; unbatched && options_.inline_follow_ons && n < kMaxFollowOns &&
+                      MayFollowOn() &&
                       clock_->TimeNow() + queue_.EstimatedCost(1) <= hold_until;
            ++n) {
         mu_.Unlock();
@@ -105,7 +106,8 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
     // A call that arrives while another runs on its submitter is that
     // submitter's to take when it is done (see kSubmitterHold): no executor
     // is woken for it. The submitter wakes one if it does not take it.
-    if (!(may_run_here && unbatched && submitters_running_ > 0 && CheapEnoughToRunHere())) {
+    if (!(may_run_here && unbatched && options_.inline_follow_ons && submitters_running_ > 0 &&
+          CheapEnoughToRunHere())) {
       ++generation_;
     }
   }

@@ -40,7 +40,9 @@
 //    submitter takes it when its own is done, and so on while each stays
 //    cheap, the device idle and the thread's time in Submit plus the next
 //    call's estimated cost within kSubmitterHold x inline_max_cost; what is
-//    left then wakes an executor.
+//    left then wakes an executor. With inline_follow_ons off (a model on an
+//    accelerator with its own bound) the submitter takes none, and a call
+//    arriving meanwhile wakes an executor at once.
 //  * A batched model's lone call on its submitter: under the adaptive
 //    policy the same holds for a one-row call when the arrivals are sparse
 //    (the next expected no sooner than kLoneRowQuietRuns of its runs away)

@@ -40,9 +40,15 @@ bool PollUntil(absl::Duration spin, Ready ready) {
 }  // namespace
 
 DeviceThread::Options DeviceThread::ForDevice(absl::string_view device, FairQueue::Order order,
-                                              absl::Duration accelerator_spin) {
-  const bool polls = device != "cpu" && std::thread::hardware_concurrency() >= 2;
-  return {.order = order, .spin = polls ? accelerator_spin : absl::ZeroDuration()};
+                                              absl::Duration accelerator_spin, int cores) {
+  if (device == "cpu" || accelerator_spin <= absl::ZeroDuration()) return {.order = order};
+  if (cores < kMinCoresToPoll) {
+    LOG(WARNING) << "device thread of " << device << ": --accelerator_spin="
+                 << absl::FormatDuration(accelerator_spin) << " ignored on a host of " << cores
+                 << " cores (polls from " << kMinCoresToPoll << ")";
+    return {.order = order};
+  }
+  return {.order = order, .spin = accelerator_spin};
 }
 
 std::shared_ptr<DeviceThread> DeviceThread::Create(std::string name) {

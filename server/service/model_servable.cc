@@ -52,6 +52,10 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
         absl::StrContains(on, "cpu")
             ? std::min(batching.inline_max_cost, options.accelerator_inline_max_cost)
             : options.accelerator_inline_max_cost;
+    // The receiving thread only waits through an accelerator's forward: the
+    // calls that arrive meanwhile go to executors, which queue them on the
+    // device thread behind it, not to that thread one after another.
+    if (!absl::StrContains(on, "cpu")) batching.inline_follow_ons = false;
   }
   s->executor_ = std::make_unique<BatchExecutor>(r, batching, s->device_slots_, model_metrics,
                                                  clock);

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace metalserve {
@@ -30,6 +31,27 @@ absl::Status CheckSpec(const TensorSpec& spec, absl::string_view field, bool out
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NullRunner>> NullRunner::Create(ModelSignature signature) {
+  return Create(std::move(signature), Options{});
+}
+
+NullRunner::NullRunner(ModelInfo info, Options options)
+    : info_(std::move(info)),
+      device_time_(options.device_time),
+      device_(options.device_time > absl::ZeroDuration()
+                  ? DeviceThread::Create(kSimulatedDevice,
+                                         DeviceThread::ForDevice(kSimulatedDevice,
+                                                                 FairQueue::Order::kFair,
+                                                                 options.spin))
+                  : nullptr) {}
+
+absl::Status NullRunner::Device() const {
+  if (device_ == nullptr) return absl::OkStatus();
+  const absl::Duration d = device_time_;
+  return device_->RunSync(info_.name, [d] { absl::SleepFor(d); });
+}
+
+absl::StatusOr<std::unique_ptr<NullRunner>> NullRunner::Create(ModelSignature signature,
+                                                               Options options) {
   if (signature.inputs.empty() || signature.outputs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "null runner: the signature needs at least one input and one output; it has ",
@@ -40,7 +62,7 @@ absl::StatusOr<std::unique_ptr<NullRunner>> NullRunner::Create(ModelSignature si
   ModelInfo info;
   info.name = signature.name.empty() ? "null" : signature.name;
   info.version = signature.version.empty() ? "1" : signature.version;
-  info.device = "none";
+  info.device = options.device_time > absl::ZeroDuration() ? kSimulatedDevice : "none";
   info.torch_version = "none (null runner)";
   info.precision = "none";
   info.optimization = "none";
@@ -49,7 +71,7 @@ absl::StatusOr<std::unique_ptr<NullRunner>> NullRunner::Create(ModelSignature si
   info.outputs = std::move(signature.outputs);
   for (TensorSpec& s : info.inputs) s.shape[0] = -1;
   for (TensorSpec& s : info.outputs) s.shape[0] = -1;
-  return std::unique_ptr<NullRunner>(new NullRunner(std::move(info)));
+  return std::unique_ptr<NullRunner>(new NullRunner(std::move(info), options));
 }
 
 absl::StatusOr<std::vector<Tensor>> NullRunner::Zeros(int64_t rows) const {
@@ -63,6 +85,7 @@ absl::StatusOr<std::vector<Tensor>> NullRunner::Run(const std::vector<Tensor>& i
   if (inputs.empty() || inputs[0].shape.empty()) {
     return absl::InvalidArgumentError("null runner: a batch needs its inputs");
   }
+  RETURN_IF_ERROR(Device());
   return Zeros(inputs[0].shape[0]);
 }
 
@@ -71,6 +94,7 @@ absl::StatusOr<std::vector<Tensor>> NullRunner::RunBatch(
   if (inputs.empty() || inputs[0].shape.empty()) {
     return absl::InvalidArgumentError("null runner: a batch needs its inputs");
   }
+  RETURN_IF_ERROR(Device());
   return Zeros(inputs[0].shape[0]);
 }
 

@@ -11,6 +11,14 @@
 // difference between a real model's per-request CPU time and this runner's
 // is the runtime's share.
 //
+// A simulated accelerator (Options::device_time > 0, `metalserve
+// --null_device_time`): every batch also waits that long, sleeping, on a
+// device thread of its own named "simulated-cuda" (so the service treats the
+// model as on CUDA: executors, device slots, --accelerator_inline_max_cost,
+// --accelerator_spin), while the caller waits for it: the hand-offs and the
+// scheduling of a GPU model without a GPU, for benchmarks of the policies on
+// a CPU-only host. Not a model of a GPU's timing beyond that wait.
+//
 // Thread-safety: immutable after Create(); Run/RunBatch from any thread.
 #ifndef METALSERVE_SERVER_SERVICE_NULL_RUNNER_H_
 #define METALSERVE_SERVER_SERVICE_NULL_RUNNER_H_
@@ -21,6 +29,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/runtime/device_thread.h"
 #include "server/runtime/model_signature.h"
 #include "server/runtime/runner.h"
 
@@ -36,7 +46,17 @@ class NullRunner final : public Runner {
   // batch dimension, or an output dimension after the batch one that is not
   // fixed (the runner could not know how many zeros to send). The name
   // defaults to "null", the version to "1".
+  struct Options {
+    // > 0: each batch waits this long on a simulated accelerator (above).
+    absl::Duration device_time = absl::ZeroDuration();
+    // The simulated device thread's polling (DeviceThread::Options::spin).
+    absl::Duration spin = absl::ZeroDuration();
+  };
   static absl::StatusOr<std::unique_ptr<NullRunner>> Create(ModelSignature signature);
+  static absl::StatusOr<std::unique_ptr<NullRunner>> Create(ModelSignature signature,
+                                                            Options options);
+  // The name of the simulated accelerator.
+  static constexpr char kSimulatedDevice[] = "simulated-cuda";
 
   const ModelInfo& info() const override { return info_; }
   // Zero-filled outputs with inputs[0].shape[0] rows.
@@ -47,13 +67,18 @@ class NullRunner final : public Runner {
       const std::vector<BatchedInput>& inputs) override;
   MemoryStats Memory() override { return MemoryStats{}; }
   void BetweenBatches(bool /*idle*/) override {}
-  bool DeviceIdle() const override { return true; }  // no device
+  // No device: always; a simulated one: while its thread is idle.
+  bool DeviceIdle() const override { return device_ == nullptr || device_->Idle(); }
 
  private:
-  explicit NullRunner(ModelInfo info) : info_(std::move(info)) {}
+  NullRunner(ModelInfo info, Options options);
   absl::StatusOr<std::vector<Tensor>> Zeros(int64_t rows) const;
+  // Waits device_time on the simulated device's thread, when there is one.
+  absl::Status Device() const;
 
   const ModelInfo info_;
+  const absl::Duration device_time_;
+  const std::shared_ptr<DeviceThread> device_;  // null without a simulated device
 };
 
 }  // namespace metalserve

@@ -392,6 +392,32 @@ TEST(SubmitterRunTest, AnUnboundedHoldStopsFollowOnsAtTheBackstop) {
   for (const Call& c : later) EXPECT_EQ(c.outcome->runs.load(), 1);
 }
 
+// Without follow-ons (a model on an accelerator), a call arriving while
+// another runs on its submitter goes to an executor at once: it is answered
+// while the submitter is still held (with follow-ons it would wait for that
+// submitter; the bounded wait then fails instead of hanging the test).
+TEST(SubmitterRunTest, WithoutFollowOnsACallArrivingMeanwhileRunsOnAnExecutorAtOnce) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  BatcherOptions o = Unbatched(absl::Microseconds(100));
+  o.inline_follow_ons = false;
+  o.num_executors = 2;  // the call on its submitter counts as one in flight
+  auto batcher = MakeBatcher(o, clock, proc);
+  Warm(*batcher, proc, clock);
+  HeldSubmitter first(*batcher, proc);
+  Call next = SubmitOne(*batcher, proc);
+  EXPECT_FALSE(next.ran_here);
+  EXPECT_TRUE(next.outcome->answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_NE(proc.RanOn(next.outcome.get()), first.id);
+  EXPECT_FALSE(proc.Marked(next.outcome.get()));
+  proc.Release();
+  first.thread.join();
+  EXPECT_TRUE(first.call.answered_in_submit);
+  next.outcome->answered.WaitForNotification();
+  EXPECT_EQ(batcher->ran_on_submitters(), 1);
+  EXPECT_EQ(next.outcome->runs.load(), 1);
+}
+
 TEST_F(WarmSubmitterRunTest, ADeviceBusyAfterTheSubmittersCallLeavesTheRestToTheExecutor) {
   HeldSubmitter first(*batcher, proc);
   Call next = SubmitOne(*batcher, proc);

@@ -329,15 +329,20 @@ int64_t SleepsDuringAnItem(DeviceThread& dt) {
 
 TEST(DeviceThreadTest, ForDeviceSpinsOnAcceleratorsOnly) {
   const absl::Duration spin = absl::Microseconds(300);
-  // A host of one core polls nowhere (the caller would hold the only core).
-  const absl::Duration accelerator =
-      std::thread::hardware_concurrency() >= 2 ? spin : absl::ZeroDuration();
-  EXPECT_EQ(DeviceThread::ForDevice("cpu", FairQueue::Order::kFair, spin).spin,
-            absl::ZeroDuration());
-  EXPECT_EQ(DeviceThread::ForDevice("cuda:0", FairQueue::Order::kFair, spin).spin, accelerator);
-  EXPECT_EQ(DeviceThread::ForDevice("mps", FairQueue::Order::kFifo, spin).spin, accelerator);
-  EXPECT_EQ(DeviceThread::ForDevice("mps", FairQueue::Order::kFifo, spin).order,
+  const auto kFair = FairQueue::Order::kFair;
+  EXPECT_EQ(DeviceThread::ForDevice("cpu", kFair, spin, 16).spin, absl::ZeroDuration());
+  EXPECT_EQ(DeviceThread::ForDevice("cuda:0", kFair, spin, 16).spin, spin);
+  EXPECT_EQ(DeviceThread::ForDevice("mps", FairQueue::Order::kFifo, spin, 8).spin, spin);
+  EXPECT_EQ(DeviceThread::ForDevice("mps", FairQueue::Order::kFifo, spin, 8).order,
             FairQueue::Order::kFifo);
+  // Too few cores to poll: off (the polling threads would delay the rest).
+  EXPECT_EQ(DeviceThread::ForDevice("cuda:0", kFair, spin, DeviceThread::kMinCoresToPoll).spin,
+            spin);
+  EXPECT_EQ(
+      DeviceThread::ForDevice("cuda:0", kFair, spin, DeviceThread::kMinCoresToPoll - 1).spin,
+      absl::ZeroDuration());
+  EXPECT_EQ(DeviceThread::ForDevice("cuda:0", kFair, absl::ZeroDuration(), 16).spin,
+            absl::ZeroDuration());
   EXPECT_EQ(DeviceThread::Create("cuda:0", {.spin = absl::InfiniteDuration()})->spin(),
             absl::Hours(1));
 }

@@ -357,11 +357,13 @@ TEST(SlotsFollowTheDeviceTest, ACudaRunnerGetsTheCudaSlotsAndAnyOtherDeviceTheFl
 }
 
 TEST(InlineFollowsTheDeviceTest, AnAcceleratorRunnerGetsTheAcceleratorBoundAndTheCpuTheFlags) {
-  for (const auto& [device, bound] : std::vector<std::tuple<std::string, absl::Duration>>{
-           {"cuda:0", absl::Milliseconds(10)},
-           {"mps", absl::Milliseconds(10)},
-           {"cpu+cuda:0", absl::Microseconds(100)},  // a CPU leg: the smaller
-           {"cpu", absl::Microseconds(100)}}) {
+  // An accelerator's inline call takes no follow-ons; a CPU leg keeps them.
+  for (const auto& [device, bound, follow_ons] :
+       std::vector<std::tuple<std::string, absl::Duration, bool>>{
+           {"cuda:0", absl::Milliseconds(10), false},
+           {"mps", absl::Milliseconds(10), false},
+           {"cpu+cuda:0", absl::Microseconds(100), true},  // a CPU leg: the smaller
+           {"cpu", absl::Microseconds(100), true}}) {
     auto runner = std::make_shared<FakeRunner>();
     runner->mutable_info().device = device;
     ModelServable::Options o;
@@ -371,6 +373,7 @@ TEST(InlineFollowsTheDeviceTest, AnAcceleratorRunnerGetsTheAcceleratorBoundAndTh
     auto s = ModelServable::Create(runner, o);
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_EQ((*s)->batcher().options().inline_max_cost, bound) << device;
+    EXPECT_EQ((*s)->batcher().options().inline_follow_ons, follow_ons) << device;
   }
   // 0 on an accelerator: never inline there; negative (off): the flags'.
   for (const auto& [accelerator, bound] : std::vector<std::pair<absl::Duration, absl::Duration>>{
@@ -383,6 +386,8 @@ TEST(InlineFollowsTheDeviceTest, AnAcceleratorRunnerGetsTheAcceleratorBoundAndTh
     o.accelerator_inline_max_cost = accelerator;
     auto s = *ModelServable::Create(runner, o);
     EXPECT_EQ(s->batcher().options().inline_max_cost, bound);
+    // Follow-ons change only with the accelerator's own bound.
+    EXPECT_EQ(s->batcher().options().inline_follow_ons, accelerator < absl::ZeroDuration());
   }
 }
 

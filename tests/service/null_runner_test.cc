@@ -3,8 +3,10 @@
 #include "server/service/null_runner.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -38,6 +40,31 @@ TEST(NullRunnerTest, AnswersZerosOfEachDeclaredOutputForTheBatchRows) {
   EXPECT_EQ((*out)[1].dtype, DType::kInt64);
   EXPECT_EQ((*out)[1].shape, (std::vector<int64_t>{3, 2}));
   EXPECT_EQ((*out)[1].data.size(), 3u * 2 * 8);
+}
+
+// A simulated accelerator: the device is named so that the service treats
+// the model as on CUDA, and it is busy (DeviceIdle false) while a batch
+// waits there, idle again after. The bounded waits are for the batch to
+// reach the device; the 300 ms device time only keeps it there meanwhile.
+TEST(NullRunnerTest, ASimulatedDeviceIsBusyWhileABatchWaitsOnIt) {
+  auto runner = NullRunner::Create(ImageSignature(), {.device_time = absl::Milliseconds(300)});
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  NullRunner& r = **runner;
+  EXPECT_EQ(r.info().device, "simulated-cuda");
+  EXPECT_TRUE(r.DeviceIdle());
+  const std::string row(3 * 224 * 224 * 4, '\0');
+  absl::StatusOr<std::vector<Tensor>> out;
+  std::thread caller([&] { out = r.RunBatch({BatchedInput{DType::kFloat32, {1, 3, 224, 224}, {row}}}); });
+  const absl::Time end = absl::Now() + absl::Seconds(30);
+  bool busy = false;
+  while (!busy && absl::Now() < end) busy = !r.DeviceIdle();
+  caller.join();
+  EXPECT_TRUE(busy);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].shape, (std::vector<int64_t>{1, 1000}));
+  EXPECT_TRUE(r.DeviceIdle());
+  // Without a device time: no device, never busy.
+  EXPECT_EQ((*NullRunner::Create(ImageSignature()))->info().device, "none");
 }
 
 TEST(NullRunnerTest, RefusesAnOutputWhoseRowSizeIsNotFixed) {
