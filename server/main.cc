@@ -106,8 +106,9 @@ ABSL_FLAG(absl::Duration, accelerator_spin, absl::ZeroDuration(),
           "after any (batches, loads, warm-up), and a caller whose batch went to an idle "
           "device polls for its end, before each sleeps: saves a thread wake-up each way at "
           "light load, for the caller's core through each batch and up to this much of the "
-          "device thread's after it, e.g. 1ms; 0 (default) = sleep at once; at most 100ms "
-          "(server/runtime/device_thread.h, docs/performance.md)");
+          "device thread's after it, e.g. 1ms; 0 (default) = sleep at once; at most 100ms; "
+          "ignored on a host of fewer than 4 usable cores (server/runtime/device_thread.h, "
+          "docs/performance.md)");
 ABSL_FLAG(absl::Duration, null_device_time, absl::ZeroDuration(),
           "With --model=null:<signature.json>: each batch also waits this long on a "
           "simulated accelerator (device \"simulated-cuda\", served as a CUDA model: "
@@ -142,7 +143,8 @@ ABSL_FLAG(absl::Duration, accelerator_inline_max_cost, absl::Milliseconds(-1),
           "call as long as a forward may skip the hand-off to an executor, e.g. 10ms "
           "(docs/performance.md); 0 = never on an accelerator; negative (default) = "
           "--inline_max_cost on every device. A hybrid model with a CPU leg gets the "
-          "smaller of the two");
+          "smaller of the two; otherwise, with several executors, a call run inline takes "
+          "none of the calls that arrive meanwhile (they go to executors)");
 ABSL_FLAG(int64_t, rows_per_slot, 32,
           "With more than 2 --executors, a further batch is formed only while the requests "
           "waiting and running give each batch in flight at least this many rows "
@@ -261,6 +263,11 @@ std::unique_ptr<metalserve::Runner> RunnerOrExit(const metalserve::RuntimeOption
                                                  const metalserve::Metrics& metrics,
                                                  const std::string& dump_path) {
   const absl::string_view model = ro.model_path;
+  if (!absl::StartsWith(model, metalserve::kNullModelPrefix) &&
+      absl::GetFlag(FLAGS_null_device_time) != absl::ZeroDuration()) {
+    LOG(ERROR) << "flags: --null_device_time needs --model=null:<signature.json>";
+    std::exit(2);
+  }
   if (!absl::StartsWith(model, metalserve::kNullModelPrefix)) {
     return LoadModelOrExit(ro, metrics, dump_path);
   }

@@ -261,11 +261,13 @@ struct BatcherOptions {
   absl::Duration inline_max_cost = absl::ZeroDuration();
   // Whether a submitter that ran its own call takes the calls that arrived
   // meanwhile (follow-ons, Batcher::kSubmitterHold), and so whether such a
-  // call waits for that submitter instead of waking an executor. Off for a
-  // model on an accelerator given its own bound (ModelServable): there the
+  // call waits for that submitter instead of waking an executor; unbatched
+  // models only (max_batch_size 1). Off for a model on an accelerator given
+  // its own bound and several executors (ModelServable): there the
   // submitter only waits through each forward, so taking the next calls one
   // after another serialises their host work, which executors would overlap
-  // with the device (measured at c=4, docs/performance.md).
+  // with the device (the likely cause of the inline bound's loss at c=4 on
+  // an H100; the change itself not yet measured there, docs/performance.md).
   bool inline_follow_ons = true;
 
   absl::Status Validate() const;

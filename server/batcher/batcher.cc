@@ -106,6 +106,7 @@ absl::Status Batcher::Submit(std::unique_ptr<BatchTask>* task) {
     // A call that arrives while another runs on its submitter is that
     // submitter's to take when it is done (see kSubmitterHold): no executor
     // is woken for it. The submitter wakes one if it does not take it.
+    // Without follow-ons (inline_follow_ons off) it wakes one at once.
     if (!(may_run_here && unbatched && options_.inline_follow_ons && submitters_running_ > 0 &&
           CheapEnoughToRunHere())) {
       ++generation_;

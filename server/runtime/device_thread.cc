@@ -1,5 +1,9 @@
 #include "server/runtime/device_thread.h"
 
+#ifdef __linux__
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -37,11 +41,22 @@ bool PollUntil(absl::Duration spin, Ready ready) {
   }
 }
 
+// The cores this process may run on: its CPU affinity on Linux, else the
+// host's.
+int AffinityCores() {
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+#endif
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
 }  // namespace
 
 DeviceThread::Options DeviceThread::ForDevice(absl::string_view device, FairQueue::Order order,
                                               absl::Duration accelerator_spin, int cores) {
   if (device == "cpu" || accelerator_spin <= absl::ZeroDuration()) return {.order = order};
+  if (cores <= 0) cores = AffinityCores();
   if (cores < kMinCoresToPoll) {
     LOG(WARNING) << "device thread of " << device << ": --accelerator_spin="
                  << absl::FormatDuration(accelerator_spin) << " ignored on a host of " << cores

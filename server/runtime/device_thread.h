@@ -102,15 +102,14 @@ class DeviceThread {
   // The options of a device's thread: `order`, and `accelerator_spin` unless
   // `device` is the CPU ("cpu"), whose forwards want every core for their
   // intra-op threads (a polling thread would take one from them), or the
-  // host has fewer than kMinCoresToPoll cores (`cores`; by default the
-  // host's): two polling threads there delay the wake-ups of everything
+  // host has fewer than kMinCoresToPoll cores (`cores`; 0, the default: the
+  // cores this process may run on, its CPU affinity): two polling threads there delay the wake-ups of everything
   // else (on this 2-core VM a simulated accelerator's c=1 p50 went from 1.7
   // to 2.6-3.5 ms with polling on, docs/performance.md). Logs a warning when
   // it turns a spin off for the cores.
   static constexpr int kMinCoresToPoll = 4;
   static Options ForDevice(absl::string_view device, FairQueue::Order order,
-                           absl::Duration accelerator_spin,
-                           int cores = static_cast<int>(std::thread::hardware_concurrency()));
+                           absl::Duration accelerator_spin, int cores = 0);
 
   // `name` names the device in logs and errors, e.g. "cpu", "cuda:0".
   static std::shared_ptr<DeviceThread> Create(std::string name);

@@ -54,8 +54,12 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
             : options.accelerator_inline_max_cost;
     // The receiving thread only waits through an accelerator's forward: the
     // calls that arrive meanwhile go to executors, which queue them on the
-    // device thread behind it, not to that thread one after another.
-    if (!absl::StrContains(on, "cpu")) batching.inline_follow_ons = false;
+    // device thread behind it, not to that thread one after another. With
+    // one executor, held while the inline call counts as in flight, they
+    // would only wait longer: follow-ons stay.
+    if (!absl::StrContains(on, "cpu") && batching.num_executors > 1) {
+      batching.inline_follow_ons = false;
+    }
   }
   s->executor_ = std::make_unique<BatchExecutor>(r, batching, s->device_slots_, model_metrics,
                                                  clock);

@@ -59,7 +59,10 @@ class ModelServable final : public Servable {
     // so a call as long as a forward may skip the hand-off to an executor
     // (ServerOptions::accelerator_inline_max_cost). A hybrid runner with a
     // CPU leg (which may compute a lone call on that thread) gets the
-    // smaller of the two. < 0: batching.inline_max_cost on every device.
+    // smaller of the two. Without a CPU leg and with several executors, a
+    // call run inline there takes no follow-ons
+    // (BatcherOptions::inline_follow_ons). < 0: batching.inline_max_cost on
+    // every device.
     absl::Duration accelerator_inline_max_cost = absl::Seconds(-1);
     // May be null. Not owned; must outlive the servable. The servable's
     // series (Metrics::ForModel) are created here, labelled with the

@@ -47,7 +47,8 @@ NullRunner::NullRunner(ModelInfo info, Options options)
 absl::Status NullRunner::Device() const {
   if (device_ == nullptr) return absl::OkStatus();
   const absl::Duration d = device_time_;
-  return device_->RunSync(info_.name, [d] { absl::SleepFor(d); });
+  return device_->RunSync(absl::StrCat(info_.name, ":", info_.version),
+                          [d] { absl::SleepFor(d); });
 }
 
 absl::StatusOr<std::unique_ptr<NullRunner>> NullRunner::Create(ModelSignature signature,

@@ -77,7 +77,7 @@ struct ServerOptions {
   int cuda_slots = 0;
   // >= 0: a model whose runner is on an accelerator (CUDA, MPS) runs a call
   // inline (BatcherOptions::inline_max_cost) when its cost is at most this
-  // instead of batching.inline_max_cost
+  // instead of batching.inline_max_cost, taking no follow-ons
   // (ModelServable::Options::accelerator_inline_max_cost); < 0: off.
   absl::Duration accelerator_inline_max_cost = absl::Seconds(-1);
   std::string version = "0.0.0";

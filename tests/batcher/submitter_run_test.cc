@@ -418,6 +418,28 @@ TEST(SubmitterRunTest, WithoutFollowOnsACallArrivingMeanwhileRunsOnAnExecutorAtO
   EXPECT_EQ(next.outcome->runs.load(), 1);
 }
 
+// Without follow-ons, a call that its executor cannot take yet (one
+// executor, the call on its submitter counting as in flight) is still the
+// executor's once the submitter is done: the submitter does not take it.
+TEST(SubmitterRunTest, WithoutFollowOnsTheSubmitterTakesNoCallAfterItsOwn) {
+  SimulatedClock clock;
+  ThreadRecordingProcessor proc(&clock, absl::Microseconds(30));
+  BatcherOptions o = Unbatched(absl::Microseconds(100));
+  o.inline_follow_ons = false;
+  auto batcher = MakeBatcher(o, clock, proc);
+  Warm(*batcher, proc, clock);
+  HeldSubmitter first(*batcher, proc);
+  Call next = SubmitOne(*batcher, proc);
+  EXPECT_FALSE(next.answered_in_submit);
+  proc.Release();
+  first.thread.join();
+  next.outcome->answered.WaitForNotification();
+  EXPECT_NE(proc.RanOn(next.outcome.get()), first.id);
+  EXPECT_FALSE(proc.Marked(next.outcome.get()));
+  EXPECT_EQ(batcher->ran_on_submitters(), 1);
+  EXPECT_EQ(next.outcome->runs.load(), 1);
+}
+
 TEST_F(WarmSubmitterRunTest, ADeviceBusyAfterTheSubmittersCallLeavesTheRestToTheExecutor) {
   HeldSubmitter first(*batcher, proc);
   Call next = SubmitOne(*batcher, proc);

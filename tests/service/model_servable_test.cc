@@ -357,17 +357,21 @@ TEST(SlotsFollowTheDeviceTest, ACudaRunnerGetsTheCudaSlotsAndAnyOtherDeviceTheFl
 }
 
 TEST(InlineFollowsTheDeviceTest, AnAcceleratorRunnerGetsTheAcceleratorBoundAndTheCpuTheFlags) {
-  // An accelerator's inline call takes no follow-ons; a CPU leg keeps them.
+  // An accelerator's inline call takes no follow-ons (with several
+  // executors); a CPU leg keeps them. The null runner's simulated device is
+  // served as CUDA.
   for (const auto& [device, bound, follow_ons] :
        std::vector<std::tuple<std::string, absl::Duration, bool>>{
            {"cuda:0", absl::Milliseconds(10), false},
            {"mps", absl::Milliseconds(10), false},
+           {"simulated-cuda", absl::Milliseconds(10), false},
            {"cpu+cuda:0", absl::Microseconds(100), true},  // a CPU leg: the smaller
            {"cpu", absl::Microseconds(100), true}}) {
     auto runner = std::make_shared<FakeRunner>();
     runner->mutable_info().device = device;
     ModelServable::Options o;
     o.batching.max_batch_size = 1;
+    o.batching.num_executors = 2;
     o.batching.inline_max_cost = absl::Microseconds(100);
     o.accelerator_inline_max_cost = absl::Milliseconds(10);
     auto s = ModelServable::Create(runner, o);
@@ -384,11 +388,20 @@ TEST(InlineFollowsTheDeviceTest, AnAcceleratorRunnerGetsTheAcceleratorBoundAndTh
     ModelServable::Options o;
     o.batching.inline_max_cost = absl::Microseconds(100);
     o.accelerator_inline_max_cost = accelerator;
+    o.batching.num_executors = 2;
     auto s = *ModelServable::Create(runner, o);
     EXPECT_EQ(s->batcher().options().inline_max_cost, bound);
     // Follow-ons change only with the accelerator's own bound.
     EXPECT_EQ(s->batcher().options().inline_follow_ons, accelerator < absl::ZeroDuration());
   }
+  // One executor: it would be held while the inline call is in flight, so
+  // the follow-ons stay.
+  auto runner = std::make_shared<FakeRunner>();
+  runner->mutable_info().device = "cuda:0";
+  ModelServable::Options o;
+  o.batching.num_executors = 1;
+  o.accelerator_inline_max_cost = absl::Milliseconds(10);
+  EXPECT_TRUE((*ModelServable::Create(runner, o))->batcher().options().inline_follow_ons);
 }
 
 TEST(BatchingForTest, ModelSettingsOverrideTheFlagsAndKeepTheRest) {

@@ -63,6 +63,16 @@ TEST(NullRunnerTest, ASimulatedDeviceIsBusyWhileABatchWaitsOnIt) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].shape, (std::vector<int64_t>{1, 1000}));
   EXPECT_TRUE(r.DeviceIdle());
+  // Run (whole tensors) waits on the device too.
+  busy = false;
+  std::thread run_caller([&] {
+    out = r.Run({Tensor{"input", DType::kFloat32, {1, 3, 224, 224}, row}});
+  });
+  const absl::Time run_end = absl::Now() + absl::Seconds(30);
+  while (!busy && absl::Now() < run_end) busy = !r.DeviceIdle();
+  run_caller.join();
+  EXPECT_TRUE(busy);
+  ASSERT_TRUE(out.ok()) << out.status();
   // Without a device time: no device, never busy.
   EXPECT_EQ((*NullRunner::Create(ImageSignature()))->info().device, "none");
 }
