@@ -101,14 +101,6 @@ ABSL_FLAG(int, staging_buffers, 2,
           "(pinned on CUDA) instead of allocating one per batch; each holds at most one "
           "batch's inputs (the largest batches are kept) while the version is loaded. "
           "0 = allocate per batch (docs/performance.md)");
-ABSL_FLAG(absl::Duration, accelerator_spin, absl::ZeroDuration(),
-          "How long an accelerator's (CUDA, MPS) device thread polls for its next work "
-          "after any (batches, loads, warm-up), and a caller whose batch went to an idle "
-          "device polls for its end, before each sleeps: saves a thread wake-up each way at "
-          "light load, for the caller's core through each batch and up to this much of the "
-          "device thread's after it, e.g. 1ms; 0 (default) = sleep at once; at most 100ms; "
-          "ignored on a host of fewer than 4 usable cores (server/runtime/device_thread.h, "
-          "docs/performance.md)");
 ABSL_FLAG(absl::Duration, null_device_time, absl::ZeroDuration(),
           "With --model=null:<signature.json>: each batch also waits this long on a "
           "simulated accelerator (device \"simulated-cuda\", served as a CUDA model: "
@@ -137,14 +129,6 @@ ABSL_FLAG(int, executors, 0,
           "0 (default): follow the device, 4 executors and 4 device slots for a model on "
           "CUDA (with --rows_per_slot: 1.21-1.23x 2 at 256 clients on an H200, 0.95-0.99x "
           "at 64), 2 elsewhere (docs/operations.md)");
-ABSL_FLAG(absl::Duration, accelerator_inline_max_cost, absl::Milliseconds(-1),
-          "--inline_max_cost for a model on an accelerator (CUDA, MPS): its forward runs on "
-          "the device's thread while the gRPC thread that received the call only waits, so a "
-          "call as long as a forward may skip the hand-off to an executor, e.g. 10ms "
-          "(docs/performance.md); 0 = never on an accelerator; negative (default) = "
-          "--inline_max_cost on every device. A hybrid model with a CPU leg gets the "
-          "smaller of the two; otherwise, with several executors, a call run inline takes "
-          "none of the calls that arrive meanwhile (they go to executors)");
 ABSL_FLAG(int64_t, rows_per_slot, 32,
           "With more than 2 --executors, a further batch is formed only while the requests "
           "waiting and running give each batch in flight at least this many rows "
@@ -263,19 +247,14 @@ std::unique_ptr<metalserve::Runner> RunnerOrExit(const metalserve::RuntimeOption
                                                  const metalserve::Metrics& metrics,
                                                  const std::string& dump_path) {
   const absl::string_view model = ro.model_path;
-  if (!absl::StartsWith(model, metalserve::kNullModelPrefix) &&
-      absl::GetFlag(FLAGS_null_device_time) != absl::ZeroDuration()) {
-    LOG(ERROR) << "flags: --null_device_time needs --model=null:<signature.json>";
+  const bool null = absl::StartsWith(model, metalserve::kNullModelPrefix);
+  if (const absl::Duration d = absl::GetFlag(FLAGS_null_device_time);
+      d < absl::ZeroDuration() || (!null && d != absl::ZeroDuration())) {
+    LOG(ERROR) << "flags: --null_device_time=" << absl::FormatDuration(d)
+               << " must be >= 0, with --model=null:<signature.json>";
     std::exit(2);
   }
-  if (!absl::StartsWith(model, metalserve::kNullModelPrefix)) {
-    return LoadModelOrExit(ro, metrics, dump_path);
-  }
-  if (absl::GetFlag(FLAGS_null_device_time) < absl::ZeroDuration()) {
-    LOG(ERROR) << "flags: --null_device_time="
-               << absl::FormatDuration(absl::GetFlag(FLAGS_null_device_time)) << " must be >= 0";
-    std::exit(2);
-  }
+  if (!null) return LoadModelOrExit(ro, metrics, dump_path);
   const std::string path(model.substr(metalserve::kNullModelPrefix.size()));
   auto sig = metalserve::ReadModelSignature(path);
   if (!sig.ok()) {
@@ -357,7 +336,7 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   const int executors = absl::GetFlag(FLAGS_executors);
   so.batching.num_executors = executors == 0 ? 2 : executors;
   so.cuda_slots = executors == 0 ? 4 : 0;
-  so.accelerator_inline_max_cost = absl::GetFlag(FLAGS_accelerator_inline_max_cost);
+  so.accelerator_inline_max_cost = metalserve::AcceleratorInlineMaxCostFromFlags();
   so.batching.rows_per_slot = absl::GetFlag(FLAGS_rows_per_slot);
   so.device_concurrency = absl::GetFlag(FLAGS_device_concurrency);
   so.version = version;
@@ -392,13 +371,7 @@ metalserve::RuntimeOptions RuntimeOptionsFromFlags(const metalserve::BatcherOpti
   ro.optimize = absl::GetFlag(FLAGS_optimize);
   ro.cudnn_benchmark = absl::GetFlag(FLAGS_cudnn_benchmark);
   ro.cpu_forward_on_caller = absl::GetFlag(FLAGS_cpu_forward_on_caller);
-  ro.accelerator_spin = absl::GetFlag(FLAGS_accelerator_spin);
-  if (ro.accelerator_spin < absl::ZeroDuration() ||
-      ro.accelerator_spin > absl::Milliseconds(100)) {
-    LOG(ERROR) << "flags: --accelerator_spin=" << absl::FormatDuration(ro.accelerator_spin)
-               << " must be in [0, 100ms]";
-    std::exit(2);
-  }
+  ro.accelerator_spin = metalserve::AcceleratorSpinFromFlags();
   ro.staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
   if (ro.staging_buffers < 0 || ro.staging_buffers > 64) {
     LOG(ERROR) << "flags: --staging_buffers=" << ro.staging_buffers << " must be in [0, 64]";

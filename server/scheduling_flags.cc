@@ -60,6 +60,22 @@ ABSL_FLAG(absl::Duration, inline_max_cost, absl::Microseconds(100),
           "a call's measured cost (device time or executor occupancy, the larger; needs "
           "--batching=adaptive) is at most this; 0 = never. Longer work stays off gRPC's "
           "threads (server/batcher/batcher.h)");
+ABSL_FLAG(absl::Duration, accelerator_inline_max_cost, absl::Milliseconds(-1),
+          "--inline_max_cost for a model on an accelerator (CUDA, MPS): its forward runs on "
+          "the device's thread while the gRPC thread that received the call only waits, so a "
+          "call as long as a forward may skip the hand-off to an executor, e.g. 10ms "
+          "(docs/performance.md); 0 = never on an accelerator; negative (default) = "
+          "--inline_max_cost on every device. A hybrid model with a CPU leg gets the "
+          "smaller of the two; otherwise, with several executors, a call run inline takes "
+          "none of the calls that arrive meanwhile (they go to executors)");
+ABSL_FLAG(absl::Duration, accelerator_spin, absl::ZeroDuration(),
+          "How long an accelerator's (CUDA, MPS) device thread polls for its next work "
+          "after any (batches, loads, warm-up), and a caller whose batch went to an idle "
+          "device polls for its end, before each sleeps: saves a thread wake-up each way at "
+          "light load, for the caller's core through each batch and up to this much of the "
+          "device thread's after it, e.g. 1ms; 0 (default) = sleep at once; at most 100ms; "
+          "ignored on a host of fewer than 4 usable cores (server/runtime/device_thread.h, "
+          "docs/performance.md)");
 ABSL_FLAG(std::string, device_scheduling, "fair",
           "Order of the batches of several models on one device thread: fair (each "
           "backlogged model version gets an equal share of measured device time; a model's "
@@ -74,6 +90,20 @@ FairQueue::Order DeviceOrderFromFlags() {
   if (o == "fifo") return FairQueue::Order::kFifo;
   LOG(ERROR) << "flags: --device_scheduling must be fair or fifo, got '" << o << "'";
   std::exit(2);
+}
+
+absl::Duration AcceleratorInlineMaxCostFromFlags() {
+  return absl::GetFlag(FLAGS_accelerator_inline_max_cost);
+}
+
+absl::Duration AcceleratorSpinFromFlags() {
+  const absl::Duration spin = absl::GetFlag(FLAGS_accelerator_spin);
+  if (spin < absl::ZeroDuration() || spin > absl::Milliseconds(100)) {
+    LOG(ERROR) << "flags: --accelerator_spin=" << absl::FormatDuration(spin)
+               << " must be in [0, 100ms]";
+    std::exit(2);
+  }
+  return spin;
 }
 
 void SchedulingFromFlags(BatcherOptions* b) {

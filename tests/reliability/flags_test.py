@@ -88,6 +88,8 @@ def main():
              "accelerator_spin=101ms must be in [0, 100ms]"),
             (["--address=127.0.0.1:0", "--staging_buffers=65"],
              "staging_buffers=65 must be in [0, 64]"),
+            (["--address=127.0.0.1:0", "--null_device_time=1ms"],
+             "null_device_time=1ms must be >= 0, with --model=null:<signature.json>"),
             (["--address=127.0.0.1:0", "--tls_cert=" + p("a.pem"),
               "--tls_key=" + p("b.key")], "TLS key does not match certificate"),
             (["--address=127.0.0.1:0", "--tls_cert=" + p("garbage.pem"),
