@@ -330,6 +330,20 @@ struct HeldSubmitter {
   }
 };
 
+// Releases `first` and checks that `next`, which arrived while `first` ran
+// on its submitter, was then run once by an executor, not by that
+// submitter, which ran only its own call.
+void ReleaseAndExpectAnExecutorRanTheNext(Batcher& b, ThreadRecordingProcessor& proc,
+                                          HeldSubmitter& first, const Call& next) {
+  proc.Release();
+  first.thread.join();
+  next.outcome->answered.WaitForNotification();
+  EXPECT_NE(proc.RanOn(next.outcome.get()), first.id);
+  EXPECT_FALSE(proc.Marked(next.outcome.get()));
+  EXPECT_EQ(b.ran_on_submitters(), 1);
+  EXPECT_EQ(next.outcome->runs.load(), 1);
+}
+
 TEST_F(WarmSubmitterRunTest, CallsArrivingMeanwhileFollowOnTheSubmitterUpToTheHoldBound) {
   // Each call takes 30 us (measured so: its estimate) and the hold bound is
   // kSubmitterHold x 100 us from the first call's arrival: a follow-on
@@ -431,13 +445,7 @@ TEST(SubmitterRunTest, WithoutFollowOnsTheSubmitterTakesNoCallAfterItsOwn) {
   HeldSubmitter first(*batcher, proc);
   Call next = SubmitOne(*batcher, proc);
   EXPECT_FALSE(next.answered_in_submit);
-  proc.Release();
-  first.thread.join();
-  next.outcome->answered.WaitForNotification();
-  EXPECT_NE(proc.RanOn(next.outcome.get()), first.id);
-  EXPECT_FALSE(proc.Marked(next.outcome.get()));
-  EXPECT_EQ(batcher->ran_on_submitters(), 1);
-  EXPECT_EQ(next.outcome->runs.load(), 1);
+  ReleaseAndExpectAnExecutorRanTheNext(*batcher, proc, first, next);
 }
 
 TEST_F(WarmSubmitterRunTest, ADeviceBusyAfterTheSubmittersCallLeavesTheRestToTheExecutor) {
@@ -445,12 +453,7 @@ TEST_F(WarmSubmitterRunTest, ADeviceBusyAfterTheSubmittersCallLeavesTheRestToThe
   Call next = SubmitOne(*batcher, proc);
   EXPECT_FALSE(next.answered_in_submit);
   device_idle = false;  // another model took the device meanwhile
-  proc.Release();
-  first.thread.join();
-  next.outcome->answered.WaitForNotification();
-  EXPECT_NE(proc.RanOn(next.outcome.get()), first.id);
-  EXPECT_FALSE(proc.Marked(next.outcome.get()));
-  EXPECT_EQ(batcher->ran_on_submitters(), 1);
+  ReleaseAndExpectAnExecutorRanTheNext(*batcher, proc, first, next);
 }
 
 }  // namespace
