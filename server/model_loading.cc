@@ -15,11 +15,7 @@ std::shared_ptr<DeviceThread> DeviceThreads::For(const std::string& device) {
   if (t == nullptr) {
     t = DeviceThread::Create(device, DeviceThread::ForDevice(device, order_, spin_));
     LOG(INFO) << "repository: device thread for " << device << " started; every model on "
-              << device << " shares it"
-              << (t->spin() > absl::ZeroDuration()
-                      ? absl::StrCat("; polls ", absl::FormatDuration(t->spin()),
-                                     " before sleeping")
-                      : "");
+              << device << " shares it";
   }
   return t;
 }

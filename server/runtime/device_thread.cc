@@ -80,6 +80,10 @@ DeviceThread::DeviceThread(std::string name, Options options)
       clock_(options.clock != nullptr ? options.clock : Clock::SteadyClock()),
       spin_(std::min(options.spin, absl::Hours(1))),
       queue_(options.order) {
+  if (spin_ > absl::ZeroDuration()) {
+    LOG(INFO) << "device thread of " << name_ << " polls " << absl::FormatDuration(spin_)
+              << " before sleeping";
+  }
   thread_ = std::thread([this] { Loop(); });
   thread_id_ = thread_.get_id();
 }

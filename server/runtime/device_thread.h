@@ -103,10 +103,11 @@ class DeviceThread {
   // `device` is the CPU ("cpu"), whose forwards want every core for their
   // intra-op threads (a polling thread would take one from them), or the
   // host has fewer than kMinCoresToPoll cores (`cores`; 0, the default: the
-  // cores this process may run on, its CPU affinity): two polling threads there delay the wake-ups of everything
-  // else (on this 2-core VM a simulated accelerator's c=1 p50 went from 1.7
-  // to 2.6-3.5 ms with polling on, docs/performance.md). Logs a warning when
-  // it turns a spin off for the cores.
+  // cores this process may run on, its CPU affinity): two polling threads
+  // there delay the wake-ups of everything else (on this 2-core VM a
+  // simulated accelerator's c=1 p50 went from 1.7 to 2.6-3.5 ms with
+  // polling on, docs/performance.md). Logs a warning when it turns a spin
+  // off for the cores.
   static constexpr int kMinCoresToPoll = 4;
   static Options ForDevice(absl::string_view device, FairQueue::Order order,
                            absl::Duration accelerator_spin, int cores = 0);

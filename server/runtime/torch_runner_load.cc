@@ -194,10 +194,6 @@ absl::Status TorchRunner::SetUp(const RuntimeOptions& options) {
     thread = DeviceThread::Create(
         choice.name,
         DeviceThread::ForDevice(choice.name, options.device_order, options.accelerator_spin));
-    if (thread->spin() > absl::ZeroDuration()) {
-      LOG(INFO) << "runtime: device thread of " << choice.name << " polls "
-                << absl::FormatDuration(thread->spin()) << " before sleeping";
-    }
   }
   device_key_ = options.device_key;
   // Confirmed at the end of warm-up, once the intra-op threads of every
