@@ -79,7 +79,8 @@ DeviceThread::DeviceThread(std::string name, Options options)
       order_(options.order),
       clock_(options.clock != nullptr ? options.clock : Clock::SteadyClock()),
       spin_(std::min(options.spin, absl::Hours(1))),
-      queue_(options.order) {
+      queue_(options.order),
+      polling_(spin_) {
   if (spin_ > absl::ZeroDuration()) {
     LOG(INFO) << "device thread of " << name_ << " polls " << absl::FormatDuration(spin_)
               << " before sleeping";
@@ -100,11 +101,19 @@ absl::Status DeviceThread::Submit(absl::string_view key, absl::AnyInvocable<void
 }
 
 absl::Status DeviceThread::Push(absl::string_view key, absl::AnyInvocable<void()> fn,
-                                bool* was_idle) {
+                                absl::Duration* sleep_before_poll) {
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
-      if (was_idle != nullptr) *was_idle = running_ == 0 && !held_by_caller_ && queue_.empty();
+      if (sleep_before_poll != nullptr) {
+        *sleep_before_poll = absl::InfiniteDuration();
+        if (spin_ > absl::ZeroDuration() && running_ == 0 && !held_by_caller_ &&
+            queue_.empty()) {
+          const auto last = last_cost_.find(key);
+          *sleep_before_poll = polling_.CallerSleepBeforePoll(
+              last != last_cost_.end() ? last->second : absl::ZeroDuration());
+        }
+      }
       queue_.Push(key, std::move(fn));
       has_work_.store(true, std::memory_order_release);
       return absl::OkStatus();
@@ -119,18 +128,21 @@ absl::Status DeviceThread::RunSync(absl::string_view key, absl::FunctionRef<void
     return absl::OkStatus();
   }
   absl::Notification done;
-  bool was_idle = false;
+  absl::Duration sleep_before_poll;
   absl::Status accepted = Push(
       key,
       [&fn, &done] {
         fn();
         done.Notify();
       },
-      &was_idle);
+      &sleep_before_poll);
   if (!accepted.ok()) return accepted;
-  // Work that starts at once is worth polling for; work queued behind
-  // other work would poll through all of it.
-  if (was_idle && PollUntil(spin_, [&done] { return done.HasBeenNotified(); })) {
+  // Work that starts at once is worth polling for, around its expected end;
+  // work queued behind other work would poll through all of it.
+  if (sleep_before_poll != absl::InfiniteDuration() &&
+      (sleep_before_poll <= absl::ZeroDuration() ||
+       !done.WaitForNotificationWithTimeout(sleep_before_poll)) &&
+      PollUntil(spin_, [&done] { return done.HasBeenNotified(); })) {
     caught_polling_.fetch_add(1, std::memory_order_relaxed);
   }
   done.WaitForNotification();
@@ -218,10 +230,12 @@ absl::Duration DeviceThread::virtual_time(absl::string_view key) const {
 
 // Runs work in the queue's order until Shutdown has begun and the queue is
 // empty, charging each item's measured time to its key before the next Pop.
-// With a spin, polls for the next item before sleeping (the contract).
+// With a spin, polls for the next item before sleeping when polling_ says
+// so, and tells polling_ each idle period (the contract).
 void DeviceThread::Loop() {
   std::string key;
   absl::Duration cost;
+  absl::Time end;
   bool ran = false;
   const absl::Condition ready(
       +[](DeviceThread* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
@@ -230,18 +244,25 @@ void DeviceThread::Loop() {
       this);
   while (true) {
     FairQueue::Item item;
+    bool idle = false;  // nothing queued at an item's end, with a spin
     bool poll = false;
     {
       absl::MutexLock lock(&mu_);
       if (ran) queue_.Charge(key, cost);
       running_ = 0;
-      poll = ran && spin_ > absl::ZeroDuration() && !ready.Eval();
+      if (ran && spin_ > absl::ZeroDuration()) {
+        last_cost_[key] = cost;
+        idle = !ready.Eval();
+        if (!idle) polling_.RecordIdle(absl::ZeroDuration());
+        poll = idle && polling_.DevicePolls();
+      }
     }
     if (poll) PollForWork();
     {
       absl::MutexLock lock(&mu_);
       if (!ready.Eval()) ++sleeps_;
       mu_.Await(ready);
+      if (idle) polling_.RecordIdle(clock_->TimeNow() - end);
       if (queue_.empty()) return;
       item = queue_.Pop();
       has_work_.store(!queue_.empty(), std::memory_order_release);
@@ -249,7 +270,8 @@ void DeviceThread::Loop() {
     }
     const absl::Time start = clock_->TimeNow();
     std::move(item.work)();
-    cost = clock_->TimeNow() - start;
+    end = clock_->TimeNow();
+    cost = end - start;
     key = std::move(item.key);
     ran = true;
   }

@@ -33,13 +33,16 @@
 //     once) polls for its end for up to `spin` before it sleeps. Each poll
 //     that catches its event saves a sleeping thread's wake-up (tens to
 //     hundreds of microseconds each on an idle host: docs/performance.md),
-//     at a price in CPU at light load: the caller's core through the item,
-//     and the device thread's for up to `spin` after it (on CUDA, whose own
-//     wait spins by default, a second core through each forward).
-//     Under saturation neither polls much: the queue is rarely empty after
-//     an item, and work submitted behind other work never polls. Zero (the
-//     default) never polls. The order and the contract above are the same
-//     either way.
+//     at a price in CPU at light load, which handoff_polling.h's rules keep
+//     down: a caller sleeps through most of an item whose length it can
+//     expect (its key's last item) and polls only around the expected end
+//     (on CUDA, whose own wait spins by default, polling through the whole
+//     forward took a second core); the device thread stops polling while
+//     its idle periods outlast the spin (traffic too sparse to catch) and
+//     starts again at the first that does not. Under saturation neither
+//     polls much: the queue is rarely empty after an item, and work
+//     submitted behind other work never polls. Zero (the default) never
+//     polls. The order and the contract above are the same either way.
 //   - RunHereIfIdle(key, fn) runs fn on the CALLING thread when the device
 //     is idle (nothing running, nothing queued), holding the device for it:
 //     work submitted meanwhile waits until fn returns, and fn's time is
@@ -73,6 +76,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -81,6 +85,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "server/runtime/fair_queue.h"
+#include "server/runtime/handoff_polling.h"
 
 namespace metalserve {
 
@@ -94,8 +99,9 @@ class DeviceThread {
     // Clock::SteadyClock().
     Clock* clock = nullptr;
     // How long the thread and its RunSync callers poll before sleeping (the
-    // contract above); measured on the steady clock, never `clock`. Values
-    // above an hour are taken as an hour.
+    // contract above); measured on the steady clock. Values above an hour
+    // are taken as an hour. What the polls are planned on (items' lengths,
+    // idle periods) is measured on `clock`.
     absl::Duration spin = absl::ZeroDuration();
   };
 
@@ -165,10 +171,12 @@ class DeviceThread {
   absl::Status Refused() const;
 
   const std::string name_;
-  // Queues `fn` (Submit); *was_idle, when not null, says whether nothing
-  // was running, queued or held then (the work starts at once).
-  absl::Status Push(absl::string_view key, absl::AnyInvocable<void()> fn, bool* was_idle)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues `fn` (Submit). *sleep_before_poll, when not null, says how long
+  // a RunSync caller waiting for fn sleeps before it polls for fn's end
+  // (HandoffPolling), or InfiniteDuration when it does not poll: no spin,
+  // or something was running, queued or held (fn does not start at once).
+  absl::Status Push(absl::string_view key, absl::AnyInvocable<void()> fn,
+                    absl::Duration* sleep_before_poll) ABSL_LOCKS_EXCLUDED(mu_);
   // Polls (up to spin_) for queued work or Shutdown; true when either came.
   bool PollForWork() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -187,6 +195,10 @@ class DeviceThread {
   int64_t ran_on_callers_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sleeps_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // With a spin only: when to poll, and each key's last item's length on
+  // clock_ (what its next RunSync caller expects).
+  HandoffPolling polling_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::Duration> last_cost_ ABSL_GUARDED_BY(mu_);
   absl::Mutex join_mu_;  // serialises joiners: one joins, others wait here
   std::thread thread_;   // started in the constructor, after the members above
   std::thread::id thread_id_;

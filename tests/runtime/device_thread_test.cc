@@ -411,5 +411,43 @@ TEST(DeviceThreadTest, RunSyncBehindOtherWorkDoesNotPoll) {
   EXPECT_EQ(dt->caught_polling(), 0);
 }
 
+// A caller whose key's last item took long (an hour, on the simulated
+// clock) sleeps until half a spin before that length instead of polling
+// from the start: its own item, which ends at once, wakes it from that
+// sleep, so it is not caught polling. Without the plan it would poll (for
+// up to a minute) and catch it, as the first call does.
+TEST(DeviceThreadTest, ACallerSleepsThroughMostOfAnItemItExpectsToBeLong) {
+  SimulatedClock clock;
+  auto dt = DeviceThread::Create("cuda:0", {.clock = &clock, .spin = absl::Minutes(1)});
+  ASSERT_TRUE(dt->RunSync("m:1", [&] { clock.AdvanceTime(absl::Hours(1)); }).ok());
+  EXPECT_EQ(dt->caught_polling(), 1);  // no length known yet: polled from the start
+  bool ran = false;
+  ASSERT_TRUE(dt->RunSync("m:1", [&] { ran = true; }).ok());
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(dt->caught_polling(), 1);
+  // Another key has no length known: its caller polls from the start.
+  ASSERT_TRUE(dt->RunSync("n:1", [] {}).ok());
+  EXPECT_EQ(dt->caught_polling(), 2);
+}
+
+// The device thread stops polling after kMissesToStop idle periods in a
+// row that outlasted the spin (on the simulated clock), sleeping at once
+// after the next item; one idle period within the spin starts it polling
+// again.
+TEST(DeviceThreadTest, ADeviceThreadStopsPollingForSparseWorkAndStartsAgain) {
+  SimulatedClock clock;
+  auto dt = DeviceThread::Create("cuda:0", {.clock = &clock, .spin = kLongSpin});
+  int64_t during = SleepsDuringAnItem(*dt);
+  for (int i = 0; i < HandoffPolling::kMissesToStop; ++i) {
+    // Still polling: no sleep after the item.
+    EXPECT_FALSE(SleepsAbove(*dt, during, absl::Milliseconds(20))) << i;
+    clock.AdvanceTime(kLongSpin + absl::Seconds(1));  // an idle period a poll misses
+    during = SleepsDuringAnItem(*dt);
+  }
+  EXPECT_TRUE(SleepsAbove(*dt, during, absl::Seconds(20)));  // stopped polling
+  during = SleepsDuringAnItem(*dt);                          // idle ~0 on the clock
+  EXPECT_FALSE(SleepsAbove(*dt, during, absl::Milliseconds(20)));  // polling again
+}
+
 }  // namespace
 }  // namespace metalserve
