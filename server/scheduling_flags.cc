@@ -72,8 +72,9 @@ ABSL_FLAG(absl::Duration, accelerator_spin, absl::ZeroDuration(),
           "How long an accelerator's (CUDA, MPS) device thread polls for its next work "
           "after any (batches, loads, warm-up), and a caller whose batch went to an idle "
           "device polls for its end, before each sleeps: saves a thread wake-up each way at "
-          "light load, for the caller's core through each batch and up to this much of the "
-          "device thread's after it, e.g. 1ms; 0 (default) = sleep at once; at most 100ms; "
+          "light load, for the caller's core around each batch's expected end (half this much "
+          "either side) and up to this much of the device thread's after it while calls come "
+          "within this much of each other, e.g. 1ms; 0 (default) = sleep at once; at most 100ms; "
           "ignored on a host of fewer than 4 usable cores (server/runtime/device_thread.h, "
           "docs/performance.md)");
 ABSL_FLAG(std::string, device_scheduling, "fair",
