@@ -105,13 +105,17 @@ absl::Status DeviceThread::Push(absl::string_view key, absl::AnyInvocable<void()
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
+      const bool starts_now = running_ == 0 && !held_by_caller_ && queue_.empty();
+      if (spin_ > absl::ZeroDuration() && starts_now) {
+        arrival_ = clock_->TimeNow();
+        arrived_idle_ = true;
+      }
       if (sleep_before_poll != nullptr) {
         *sleep_before_poll = absl::InfiniteDuration();
-        if (spin_ > absl::ZeroDuration() && running_ == 0 && !held_by_caller_ &&
-            queue_.empty()) {
-          const auto last = last_cost_.find(key);
+        if (spin_ > absl::ZeroDuration() && starts_now) {
+          const auto last = last_length_.find(key);
           *sleep_before_poll = polling_.CallerSleepBeforePoll(
-              last != last_cost_.end() ? last->second : absl::ZeroDuration());
+              last != last_length_.end() ? last->second : absl::ZeroDuration());
         }
       }
       queue_.Push(key, std::move(fn));
@@ -231,10 +235,14 @@ absl::Duration DeviceThread::virtual_time(absl::string_view key) const {
 // Runs work in the queue's order until Shutdown has begun and the queue is
 // empty, charging each item's measured time to its key before the next Pop.
 // With a spin, polls for the next item before sleeping when polling_ says
-// so, and tells polling_ each idle period (the contract).
+// so, tells polling_ each idle period (an item's end to the arrival of the
+// work that found the device idle), and keeps each key's last item length
+// as its caller saw it (from that arrival when the item found the device
+// idle; else from its start).
 void DeviceThread::Loop() {
   std::string key;
   absl::Duration cost;
+  absl::Duration length;
   absl::Time end;
   bool ran = false;
   const absl::Condition ready(
@@ -251,18 +259,27 @@ void DeviceThread::Loop() {
       if (ran) queue_.Charge(key, cost);
       running_ = 0;
       if (ran && spin_ > absl::ZeroDuration()) {
-        last_cost_[key] = cost;
+        // Bounded: a process that served many model versions starts over.
+        if (last_length_.size() >= kMaxKeyLengths && !last_length_.contains(key)) {
+          last_length_.clear();
+        }
+        last_length_[key] = length;
         idle = !ready.Eval();
         if (!idle) polling_.RecordIdle(absl::ZeroDuration());
         poll = idle && polling_.DevicePolls();
       }
     }
     if (poll) PollForWork();
+    bool from_idle = false;  // the next item found the device idle at arrival_
+    absl::Time arrival;
     {
       absl::MutexLock lock(&mu_);
       if (!ready.Eval()) ++sleeps_;
       mu_.Await(ready);
-      if (idle) polling_.RecordIdle(clock_->TimeNow() - end);
+      from_idle = arrived_idle_;
+      arrival = arrival_;
+      arrived_idle_ = false;
+      if (idle && from_idle) polling_.RecordIdle(arrival - end);
       if (queue_.empty()) return;
       item = queue_.Pop();
       has_work_.store(!queue_.empty(), std::memory_order_release);
@@ -272,6 +289,7 @@ void DeviceThread::Loop() {
     std::move(item.work)();
     end = clock_->TimeNow();
     cost = end - start;
+    length = end - (from_idle ? std::min(arrival, start) : start);
     key = std::move(item.key);
     ran = true;
   }

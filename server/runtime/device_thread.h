@@ -69,6 +69,7 @@
 #define METALSERVE_SERVER_RUNTIME_DEVICE_THREAD_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -195,10 +196,15 @@ class DeviceThread {
   int64_t ran_on_callers_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sleeps_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // With a spin only: when to poll, and each key's last item's length on
-  // clock_ (what its next RunSync caller expects).
+  // With a spin only, all on clock_: when to poll; each key's last item's
+  // length as its caller saw it (what its next RunSync caller expects; at
+  // most kMaxKeyLengths keys, then it starts over); when the last work that
+  // found the device idle arrived, and whether the loop has yet to see it.
+  static constexpr size_t kMaxKeyLengths = 64;
   HandoffPolling polling_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, absl::Duration> last_cost_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::Duration> last_length_ ABSL_GUARDED_BY(mu_);
+  absl::Time arrival_ ABSL_GUARDED_BY(mu_);
+  bool arrived_idle_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex join_mu_;  // serialises joiners: one joins, others wait here
   std::thread thread_;   // started in the constructor, after the members above
   std::thread::id thread_id_;

@@ -5,7 +5,8 @@
 //
 // Rules, for a spin S > 0:
 //   - The caller of work that starts at once and is expected to take E (the
-//     last item of the same key, as the device thread measured it; zero when
+//     last item of the same key, as the device thread measured it: from its
+//     arrival at an idle device, wake-up included, to its end; zero when
 //     unknown) sleeps for max(0, E - S/2) before it polls for the end for up
 //     to S. Its poll then covers E +- S/2 instead of the whole item: on
 //     CUDA a forward of 1.4 ms would otherwise cost the caller's core 1.4 ms

@@ -419,13 +419,21 @@ TEST(DeviceThreadTest, RunSyncBehindOtherWorkDoesNotPoll) {
 TEST(DeviceThreadTest, ACallerSleepsThroughMostOfAnItemItExpectsToBeLong) {
   SimulatedClock clock;
   auto dt = DeviceThread::Create("cuda:0", {.clock = &clock, .spin = absl::Minutes(1)});
+  // A RunSync returns once its item has run, maybe before the loop has
+  // ended it: each call below waits until the device is idle, so that its
+  // work starts at once (the case that polls).
+  auto idle = [&] {
+    while (dt->pending() != 0) std::this_thread::yield();
+  };
   ASSERT_TRUE(dt->RunSync("m:1", [&] { clock.AdvanceTime(absl::Hours(1)); }).ok());
   EXPECT_EQ(dt->caught_polling(), 1);  // no length known yet: polled from the start
+  idle();
   bool ran = false;
   ASSERT_TRUE(dt->RunSync("m:1", [&] { ran = true; }).ok());
   EXPECT_TRUE(ran);
   EXPECT_EQ(dt->caught_polling(), 1);
   // Another key has no length known: its caller polls from the start.
+  idle();
   ASSERT_TRUE(dt->RunSync("n:1", [] {}).ok());
   EXPECT_EQ(dt->caught_polling(), 2);
 }
@@ -441,6 +449,7 @@ TEST(DeviceThreadTest, ADeviceThreadStopsPollingForSparseWorkAndStartsAgain) {
   for (int i = 0; i < HandoffPolling::kMissesToStop; ++i) {
     // Still polling: no sleep after the item.
     EXPECT_FALSE(SleepsAbove(*dt, during, absl::Milliseconds(20))) << i;
+    while (dt->pending() != 0) std::this_thread::yield();  // the item's end is read
     clock.AdvanceTime(kLongSpin + absl::Seconds(1));  // an idle period a poll misses
     during = SleepsDuringAnItem(*dt);
   }
