@@ -68,14 +68,15 @@ ABSL_FLAG(absl::Duration, accelerator_inline_max_cost, absl::Milliseconds(-1),
           "--inline_max_cost on every device. A hybrid model with a CPU leg gets the "
           "smaller of the two; otherwise, with several executors, a call run inline takes "
           "none of the calls that arrive meanwhile (they go to executors)");
-ABSL_FLAG(absl::Duration, accelerator_spin, absl::ZeroDuration(),
+ABSL_FLAG(absl::Duration, accelerator_spin, absl::Milliseconds(1),
           "How long an accelerator's (CUDA, MPS) device thread polls for its next work "
           "after any (batches, loads, warm-up), and a caller whose batch went to an idle "
           "device polls for its end, before each sleeps: saves a thread wake-up each way at "
           "light load, for the caller's core around each batch's expected end (half this much "
           "either side) and up to this much of the device thread's after it while calls come "
-          "within this much of each other, e.g. 1ms; 0 (default) = sleep at once; at most 100ms; "
-          "ignored on a host of fewer than 4 usable cores (server/runtime/device_thread.h, "
+          "within this much of each other (on an H100, ResNet-50 at one client: p50 0.54-0.64 ms "
+          "lower for 0.5-1.1 ms more CPU per request); 0 = sleep at once; at most 100ms; off "
+          "on a host of fewer than 4 usable cores (server/runtime/device_thread.h, "
           "docs/performance.md)");
 ABSL_FLAG(std::string, device_scheduling, "fair",
           "Order of the batches of several models on one device thread: fair (each "

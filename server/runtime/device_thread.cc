@@ -58,9 +58,9 @@ DeviceThread::Options DeviceThread::ForDevice(absl::string_view device, FairQueu
   if (device == "cpu" || accelerator_spin <= absl::ZeroDuration()) return {.order = order};
   if (cores <= 0) cores = AffinityCores();
   if (cores < kMinCoresToPoll) {
-    LOG(WARNING) << "device thread of " << device << ": --accelerator_spin="
-                 << absl::FormatDuration(accelerator_spin) << " ignored on a host of " << cores
-                 << " cores (polls from " << kMinCoresToPoll << ")";
+    LOG(INFO) << "device thread of " << device << " does not poll (--accelerator_spin="
+              << absl::FormatDuration(accelerator_spin) << "): this process may use " << cores
+              << " cores, polling needs " << kMinCoresToPoll;
     return {.order = order};
   }
   return {.order = order, .spin = accelerator_spin};

@@ -113,8 +113,8 @@ class DeviceThread {
   // cores this process may run on, its CPU affinity): two polling threads
   // there delay the wake-ups of everything else (on this 2-core VM a
   // simulated accelerator's c=1 p50 went from 1.7 to 2.6-3.5 ms with
-  // polling on, docs/performance.md). Logs a warning when it turns a spin
-  // off for the cores.
+  // polling on, docs/performance.md). Logs (INFO: the flag's default asks
+  // for a spin) when it turns a spin off for the cores.
   static constexpr int kMinCoresToPoll = 4;
   static Options ForDevice(absl::string_view device, FairQueue::Order order,
                            absl::Duration accelerator_spin, int cores = 0);
