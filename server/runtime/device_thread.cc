@@ -1,9 +1,5 @@
 #include "server/runtime/device_thread.h"
 
-#ifdef __linux__
-#include <sched.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -11,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/usable_cores.h"
 #include "glog/logging.h"
 
 namespace metalserve {
@@ -41,22 +38,12 @@ bool PollUntil(absl::Duration spin, Ready ready) {
   }
 }
 
-// The cores this process may run on: its CPU affinity on Linux, else the
-// host's.
-int AffinityCores() {
-#ifdef __linux__
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-#endif
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
-
 }  // namespace
 
 DeviceThread::Options DeviceThread::ForDevice(absl::string_view device, FairQueue::Order order,
                                               absl::Duration accelerator_spin, int cores) {
   if (device == "cpu" || accelerator_spin <= absl::ZeroDuration()) return {.order = order};
-  if (cores <= 0) cores = AffinityCores();
+  if (cores <= 0) cores = UsableCores();
   if (cores < kMinCoresToPoll) {
     LOG(INFO) << "device thread of " << device << " does not poll (--accelerator_spin="
               << absl::FormatDuration(accelerator_spin) << "): this process may use " << cores
@@ -108,6 +95,7 @@ absl::Status DeviceThread::Push(absl::string_view key, absl::AnyInvocable<void()
       const bool starts_now = running_ == 0 && !held_by_caller_ && queue_.empty();
       if (spin_ > absl::ZeroDuration() && starts_now) {
         arrival_ = clock_->TimeNow();
+        arrival_key_.assign(key.data(), key.size());
         arrived_idle_ = true;
       }
       if (sleep_before_poll != nullptr) {
@@ -272,6 +260,7 @@ void DeviceThread::Loop() {
     if (poll) PollForWork();
     bool from_idle = false;  // the next item found the device idle at arrival_
     absl::Time arrival;
+    bool arrival_is_item = false;  // ... and the item popped is that work's key
     {
       absl::MutexLock lock(&mu_);
       if (!ready.Eval()) ++sleeps_;
@@ -282,6 +271,9 @@ void DeviceThread::Loop() {
       if (idle && from_idle) polling_.RecordIdle(arrival - end);
       if (queue_.empty()) return;
       item = queue_.Pop();
+      // Another key's work queued before the thread woke may come first
+      // (fair order): it is measured from its start.
+      arrival_is_item = from_idle && item.key == arrival_key_;
       has_work_.store(!queue_.empty(), std::memory_order_release);
       running_ = 1;
     }
@@ -289,7 +281,7 @@ void DeviceThread::Loop() {
     std::move(item.work)();
     end = clock_->TimeNow();
     cost = end - start;
-    length = end - (from_idle ? std::min(arrival, start) : start);
+    length = end - (arrival_is_item ? std::min(arrival, start) : start);
     key = std::move(item.key);
     ran = true;
   }

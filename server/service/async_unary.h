@@ -50,6 +50,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/usable_cores.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/async_unary_call.h"
 
@@ -72,14 +73,6 @@ absl::StatusOr<GrpcApi> ParseGrpcApi(absl::string_view text, int cores = 0);
 inline constexpr int kAsyncMinCores = 8;
 GrpcApi AutoGrpcApi(int cores);
 
-// The cores this process may use: the CPUs it may run on (Linux affinity),
-// lowered to a cgroup CPU limit (a container's --cpus: cgroup v2 cpu.max or
-// v1 cpu.cfs_quota_us / cpu.cfs_period_us, rounded up); elsewhere the
-// hardware's count. At least 1.
-int UsableCores();
-// `cores` lowered to the limit in a cgroup v2 cpu.max text ("max 100000":
-// none; "150000 100000": 1.5 cores, rounded up to 2). Unreadable text: `cores`.
-int CoresUnderCpuMax(absl::string_view cpu_max, int cores);
 absl::string_view GrpcApiName(GrpcApi api);
 
 // One unary call served through a completion queue: its context, request
