@@ -110,7 +110,8 @@ class DeviceThread {
   // `device` is the CPU ("cpu"), whose forwards want every core for their
   // intra-op threads (a polling thread would take one from them), or the
   // host has fewer than kMinCoresToPoll cores (`cores`; 0, the default: the
-  // cores this process may run on, its CPU affinity): two polling threads
+  // cores this process may use, UsableCores(): its CPU affinity lowered to
+  // a cgroup CPU limit such as a container's --cpus): two polling threads
   // there delay the wake-ups of everything else (on this 2-core VM a
   // simulated accelerator's c=1 p50 went from 1.7 to 2.6-3.5 ms with
   // polling on, docs/performance.md). Logs (INFO: the flag's default asks
@@ -203,7 +204,10 @@ class DeviceThread {
   static constexpr size_t kMaxKeyLengths = 64;
   HandoffPolling polling_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, absl::Duration> last_length_ ABSL_GUARDED_BY(mu_);
+  // Work that arrives while a RunHereIfIdle caller holds the device is not
+  // such an arrival: that idle period goes unrecorded.
   absl::Time arrival_ ABSL_GUARDED_BY(mu_);
+  std::string arrival_key_ ABSL_GUARDED_BY(mu_);
   bool arrived_idle_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex join_mu_;  // serialises joiners: one joins, others wait here
   std::thread thread_;   // started in the constructor, after the members above

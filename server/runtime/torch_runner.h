@@ -171,7 +171,9 @@ struct RuntimeOptions {
   // How long the device thread of an accelerator (CUDA, MPS) this runner
   // creates, and RunSync callers waiting for it, poll before sleeping
   // (DeviceThread::Options::spin, set per device by DeviceThread::ForDevice;
-  // the CPU's thread never polls). Zero: never.
+  // the CPU's thread never polls). Zero: never. The server's flag
+  // (--accelerator_spin) defaults to 1ms; this default stays zero for code
+  // that builds the options itself (tests, benchmarks).
   absl::Duration accelerator_spin = absl::ZeroDuration();
   // "fp32", "fp16" or "bf16": the compute precision on the device. Inputs
   // are cast on the device; outputs are returned in the signature's dtype.

@@ -319,6 +319,17 @@ bool SleepsAbove(const DeviceThread& dt, int64_t n, absl::Duration bound) {
   return dt.sleeps() > n;
 }
 
+// True once nothing is running or queued on `dt`, within `bound` (a
+// RunSync may return before the loop has ended its item).
+bool BecomesIdle(const DeviceThread& dt, absl::Duration bound) {
+  const absl::Time end = absl::Now() + bound;
+  while (dt.pending() != 0) {
+    if (absl::Now() >= end) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 // Runs an empty item; returns the thread's sleeps() read inside it (the
 // sleeps before the item counted, none after).
 int64_t SleepsDuringAnItem(DeviceThread& dt) {
@@ -422,18 +433,15 @@ TEST(DeviceThreadTest, ACallerSleepsThroughMostOfAnItemItExpectsToBeLong) {
   // A RunSync returns once its item has run, maybe before the loop has
   // ended it: each call below waits until the device is idle, so that its
   // work starts at once (the case that polls).
-  auto idle = [&] {
-    while (dt->pending() != 0) std::this_thread::yield();
-  };
   ASSERT_TRUE(dt->RunSync("m:1", [&] { clock.AdvanceTime(absl::Hours(1)); }).ok());
   EXPECT_EQ(dt->caught_polling(), 1);  // no length known yet: polled from the start
-  idle();
+  ASSERT_TRUE(BecomesIdle(*dt, absl::Seconds(20)));
   bool ran = false;
   ASSERT_TRUE(dt->RunSync("m:1", [&] { ran = true; }).ok());
   EXPECT_TRUE(ran);
   EXPECT_EQ(dt->caught_polling(), 1);
   // Another key has no length known: its caller polls from the start.
-  idle();
+  ASSERT_TRUE(BecomesIdle(*dt, absl::Seconds(20)));
   ASSERT_TRUE(dt->RunSync("n:1", [] {}).ok());
   EXPECT_EQ(dt->caught_polling(), 2);
 }
@@ -449,7 +457,7 @@ TEST(DeviceThreadTest, ADeviceThreadStopsPollingForSparseWorkAndStartsAgain) {
   for (int i = 0; i < HandoffPolling::kMissesToStop; ++i) {
     // Still polling: no sleep after the item.
     EXPECT_FALSE(SleepsAbove(*dt, during, absl::Milliseconds(20))) << i;
-    while (dt->pending() != 0) std::this_thread::yield();  // the item's end is read
+    ASSERT_TRUE(BecomesIdle(*dt, absl::Seconds(20)));  // the item's end is read
     clock.AdvanceTime(kLongSpin + absl::Seconds(1));  // an idle period a poll misses
     during = SleepsDuringAnItem(*dt);
   }
