@@ -61,9 +61,9 @@ ABSL_FLAG(std::string, input_dtype, "",
           "With --input_shape: dtypes by input name, e.g. mask=uint8,ids=int64 "
           "(names: docs/signature.md). Default: float32 for every input");
 ABSL_FLAG(std::string, address, "127.0.0.1:8500",
-          "gRPC listen address host:port (loopback by default; port 0 picks one), "
-          "unix:///path/to.sock for a Unix domain socket, or several separated by "
-          "commas, e.g. 127.0.0.1:8500,unix:///run/metalserve.sock");
+          "gRPC listen address host:port (loopback by default; port 0 picks one, logged as "
+          "\"gRPC on 127.0.0.1:0 bound port N\"), unix:///path/to.sock for a Unix domain "
+          "socket, or several, comma-separated: 127.0.0.1:8500,unix:///run/metalserve.sock");
 ABSL_FLAG(std::string, http_address, "127.0.0.1:8000",
           "KServe v2 REST listen address host:port (docs/rest.md; same model, batcher, "
           "TLS and --max_message_bytes as gRPC); empty turns it off");

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -151,6 +152,12 @@ absl::Status InferenceServer::StartGrpc(const ServerOptions& options,
     if (!UnixSocketPath(addresses_[i]).has_value()) port_ = *bound_ports_[i];
   }
   if (port_ == 0) port_ = *bound_ports_.front();
+  // Port 0 asked for any free port: say which one it got.
+  for (size_t i = 0; i < addresses_.size(); ++i) {
+    if (!UnixSocketPath(addresses_[i]).has_value() && absl::EndsWith(addresses_[i], ":0")) {
+      LOG(INFO) << "gRPC on " << addresses_[i] << " bound port " << *bound_ports_[i];
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -2,8 +2,9 @@
 # The README's promise: `metalserve` with no arguments serves the default
 # classifier on 127.0.0.1:8500, and a Predict sent from a separate process
 # (metalserve-bench) returns logits of shape [1, 1000]; the default listeners
-# (gRPC 8500, metrics 9464) are bound to 127.0.0.1 only. Bounded: the server is
-# stopped with SIGTERM at the end, and killed if it outlives the test.
+# (gRPC 8500, metrics 9464) are bound to 127.0.0.1 only; with port 0 the log
+# names the port bound. Bounded: each server is stopped with SIGTERM at its
+# end, and killed if it outlives the test.
 set -euo pipefail
 server=$1 bench=$2
 work=$(mktemp -d)
@@ -63,4 +64,26 @@ wait "$pid"
 rc=$?
 pid=
 grep -q "exit" "$work/server.log"
+[[ $rc == 0 ]] || exit $rc
+
+# Port 0 asks for any free port: the log names the port it got, and a
+# client reaches the server there.
+"$server" --address=127.0.0.1:0 --metrics_address= > "$work/server0.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q "ready: gRPC on" "$work/server0.log" && break
+  kill -0 "$pid" 2>/dev/null || { cat "$work/server0.log"; exit 1; }
+  sleep 0.1
+done
+port=$(sed -n 's/.*gRPC on 127\.0\.0\.1:0 bound port \([0-9]*\).*/\1/p' "$work/server0.log")
+[[ -n $port && $port != 0 ]] || { echo "no bound port in the log"; cat "$work/server0.log"; exit 1; }
+"$bench" --target=127.0.0.1:$port --requests=2 --concurrency=1 --deadline=30s --output=json \
+  > "$work/bench0.json"
+/usr/bin/python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["runs"][0]
+assert r["ok"] == 2 and not r["errors"], r
+print("--address=127.0.0.1:0: bound port", sys.argv[2], "logged and served 2/2")' "$work/bench0.json" "$port"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+pid=
 exit $rc
