@@ -13,15 +13,19 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# await_ready LOG TEXT: waits up to 60 s for TEXT in LOG while $pid lives.
+await_ready() {
+  for _ in $(seq 1 600); do
+    grep -q "$2" "$1" && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$1"; exit 1; }
+    sleep 0.1
+  done
+  grep -q "$2" "$1" || { echo "not ready"; exit 1; }
+}
 
 "$server" > "$work/server.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q "ready: gRPC on 127.0.0.1:8500" "$work/server.log" && break
-  kill -0 "$pid" 2>/dev/null || { cat "$work/server.log"; exit 1; }
-  sleep 0.1
-done
-grep -q "ready: gRPC on 127.0.0.1:8500" "$work/server.log" || { echo "not ready"; exit 1; }
+await_ready "$work/server.log" "ready: gRPC on 127.0.0.1:8500"
 
 "$bench" --requests=3 --concurrency=1 --deadline=30s --output=json \
   --dump_outputs="$work/out.json" > "$work/bench.json"
@@ -70,11 +74,7 @@ grep -q "exit" "$work/server.log"
 # client reaches the server there.
 "$server" --address=127.0.0.1:0 --metrics_address= > "$work/server0.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q "ready: gRPC on" "$work/server0.log" && break
-  kill -0 "$pid" 2>/dev/null || { cat "$work/server0.log"; exit 1; }
-  sleep 0.1
-done
+await_ready "$work/server0.log" "ready: gRPC on"
 port=$(sed -n 's/.*gRPC on 127\.0\.0\.1:0 bound port \([0-9]*\).*/\1/p' "$work/server0.log")
 [[ -n $port && $port != 0 ]] || { echo "no bound port in the log"; cat "$work/server0.log"; exit 1; }
 "$bench" --target=127.0.0.1:$port --requests=2 --concurrency=1 --deadline=30s --output=json \
