@@ -76,9 +76,8 @@ ABSL_FLAG(absl::Duration, accelerator_spin, absl::Milliseconds(1),
           "either side) and up to this much of the device thread's after it while calls come "
           "within this much of each other (on an H100, ResNet-50 at one client: p50 0.54-0.64 ms "
           "lower in three rounds, for 0.5-1.1 ms more CPU per request); 0 = sleep at once; "
-          "at most 100ms; off "
-          "on a host of fewer than 4 usable cores (server/runtime/device_thread.h, "
-          "docs/performance.md)");
+          "at most 100ms; off on a host of fewer than 4 usable cores "
+          "(server/runtime/device_thread.h, docs/performance.md)");
 ABSL_FLAG(std::string, device_scheduling, "fair",
           "Order of the batches of several models on one device thread: fair (each "
           "backlogged model version gets an equal share of measured device time; a model's "

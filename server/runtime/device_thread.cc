@@ -92,15 +92,13 @@ absl::Status DeviceThread::Push(absl::string_view key, absl::AnyInvocable<void()
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
-      const bool starts_now = running_ == 0 && !held_by_caller_ && queue_.empty();
-      if (spin_ > absl::ZeroDuration() && starts_now) {
+      if (sleep_before_poll != nullptr) *sleep_before_poll = absl::InfiniteDuration();
+      if (spin_ > absl::ZeroDuration() && running_ == 0 && !held_by_caller_ &&
+          queue_.empty()) {  // fn starts at once: an arrival at an idle device
         arrival_ = clock_->TimeNow();
         arrival_key_.assign(key.data(), key.size());
         arrived_idle_ = true;
-      }
-      if (sleep_before_poll != nullptr) {
-        *sleep_before_poll = absl::InfiniteDuration();
-        if (spin_ > absl::ZeroDuration() && starts_now) {
+        if (sleep_before_poll != nullptr) {
           const auto last = last_length_.find(key);
           *sleep_before_poll = polling_.CallerSleepBeforePoll(
               last != last_length_.end() ? last->second : absl::ZeroDuration());

@@ -48,16 +48,16 @@ absl::StatusOr<std::unique_ptr<ModelServable>> ModelServable::Create(
   const std::string& on = r->info().device;
   if (options.accelerator_inline_max_cost >= absl::ZeroDuration() &&
       (absl::StrContains(on, "cuda") || absl::StrContains(on, "mps"))) {
+    const bool cpu_leg = absl::StrContains(on, "cpu");
     batching.inline_max_cost =
-        absl::StrContains(on, "cpu")
-            ? std::min(batching.inline_max_cost, options.accelerator_inline_max_cost)
-            : options.accelerator_inline_max_cost;
+        cpu_leg ? std::min(batching.inline_max_cost, options.accelerator_inline_max_cost)
+                : options.accelerator_inline_max_cost;
     // The receiving thread only waits through an accelerator's forward: the
     // calls that arrive meanwhile go to executors, which queue them on the
     // device thread behind it, not to that thread one after another. With
     // one executor, held while the inline call counts as in flight, they
     // would only wait longer: follow-ons stay.
-    if (!absl::StrContains(on, "cpu") && batching.num_executors > 1) {
+    if (!cpu_leg && batching.num_executors > 1) {
       batching.inline_follow_ons = false;
     }
   }

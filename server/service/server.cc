@@ -148,16 +148,15 @@ absl::Status InferenceServer::StartGrpc(const ServerOptions& options,
         "': the port is in use (another server on it?), the host is not an "
         "address of this machine, or the socket's folder is not writable"));
   }
-  for (size_t i = 0; i < addresses_.size() && port_ == 0; ++i) {
-    if (!UnixSocketPath(addresses_[i]).has_value()) port_ = *bound_ports_[i];
-  }
-  if (port_ == 0) port_ = *bound_ports_.front();
-  // Port 0 asked for any free port: say which one it got.
   for (size_t i = 0; i < addresses_.size(); ++i) {
-    if (!UnixSocketPath(addresses_[i]).has_value() && absl::EndsWith(addresses_[i], ":0")) {
+    if (UnixSocketPath(addresses_[i]).has_value()) continue;
+    if (port_ == 0) port_ = *bound_ports_[i];
+    // Port 0 asked for any free port: say which one it got.
+    if (absl::EndsWith(addresses_[i], ":0")) {
       LOG(INFO) << "gRPC on " << addresses_[i] << " bound port " << *bound_ports_[i];
     }
   }
+  if (port_ == 0) port_ = *bound_ports_.front();
   return absl::OkStatus();
 }
 
