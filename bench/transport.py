@@ -16,7 +16,12 @@ client (metalserve-bench) against, for the same payload:
          compared with echo_async as null and model are with echo,
 
 each over TCP loopback and over a Unix domain socket (one server listening on
-both: --address=127.0.0.1:P,unix:///...). Server CPU per request is the server
+both: --address=127.0.0.1:P,unix:///...). With --shared_memory, the metalserve
+servers run with --shared_memory=unix and are measured a third way, "shm":
+KServe ModelInfer over the socket with the inputs in a registered POSIX
+shared-memory region (metalserve-bench --protocol=kserve
+--shared_memory=system), so no tensor bytes cross gRPC; pass
+--bench_arg=--protocol=kserve too to compare it with KServe over tcp and uds. Server CPU per request is the server
 process's utime+stime from /proc/PID/stat over a timed metalserve-bench run,
 divided by the requests it answered; so null - echo is the service's share
 above gRPC, and model - null the runtime's (batch assembly, device copy,
@@ -129,17 +134,26 @@ def start_metalserve(a, model, workdir, tag, extra=()):
            f"--address={addr['tcp']},{addr['uds']}", "--metrics_address=", "--http_address=",
            f"--max_batch_size={a.max_batch_size}", f"--threads={a.threads}",
            f"--max_queue_delay={a.max_queue_delay}", "--monitor_log_interval=0",
-           "--device=cpu"] + a.server_args + list(extra)
+           "--device=cpu"] + (["--shared_memory=unix"] if a.shared_memory else []) + \
+        a.server_args + list(extra)
     p = Proc(cmd, os.path.join(workdir, f"{tag}.log"), "ready: gRPC", env=server_env(a),
              cpus=parse_cpus(a.server_cpus))
-    return {"tcp": p, "uds": p}, addr
+    procs = {"tcp": p, "uds": p}
+    if a.shared_memory:
+        procs["shm"] = p
+        addr["shm"] = addr["uds"]
+    return procs, addr
 
 
-def measure(a, proc, target):
+SHM_ARGS = ["--protocol=kserve", "--shared_memory=system"]
+
+
+def measure(a, proc, target, extra=()):
     """One timed metalserve-bench run; the server's CPU over it."""
     bench = os.path.join(a.build, "metalserve-bench")
     common = [bench, f"--target={target}", f"--concurrency={a.concurrency}",
-              "--output=json", "--progress=off", f"--input={a.input}"] + a.bench_args
+              "--output=json", "--progress=off", f"--input={a.input}"] + a.bench_args + \
+        list(extra)
     client = pin(parse_cpus(a.client_cpus))
     subprocess.run(common + ["--requests=200"], check=True, capture_output=True,
                    preexec_fn=client)  # warm-up
@@ -175,8 +189,9 @@ def payload_rows(a, sig, workdir):
     for kind, start in kinds:
         procs, addr = start(f"{name}-{kind}")
         try:
-            for transport in ("tcp", "uds"):
-                r = measure(a, procs[transport], addr[transport])
+            for transport in procs:
+                r = measure(a, procs[transport], addr[transport],
+                            SHM_ARGS if transport == "shm" else ())
                 r.update(payload=name, server=kind, transport=transport)
                 rows.append(r)
                 print_row(r)
@@ -250,6 +265,9 @@ def parser():
     p.add_argument("--bench_arg", dest="bench_args", action="append", default=[],
                    help="extra metalserve-bench flag, repeatable (e.g. --protocol=kserve: "
                         "then leave echo out of --servers, it serves Predict only)")
+    p.add_argument("--shared_memory", action="store_true",
+                   help="also measure the metalserve servers with their inputs in shared "
+                        "memory (KServe over the Unix socket; see above)")
     p.add_argument("--server_env", action="append", default=[], metavar="K=V",
                    help="set in the servers' environment only (repeatable), e.g. "
                         "METALSERVE_MUTEX_DEADLOCK_DETECTION=1")

@@ -37,6 +37,7 @@
 #include "client/output_dump.h"
 #include "client/report.h"
 #include "client/request_builder.h"
+#include "client/shared_memory_input.h"
 #include "grpcpp/client_context.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "metalserve/v1/inference.grpc.pb.h"
@@ -122,6 +123,10 @@ ABSL_FLAG(int32_t, connections, 1,
 ABSL_FLAG(int64_t, unix_socket_buffer_bytes, metalserve::kDefaultUnixSocketBufferBytes,
           "SO_SNDBUF and SO_RCVBUF of each connection to a unix: target (TCP keeps the "
           "kernel's tuning); 0 = the kernel's default");
+ABSL_FLAG(std::string, shared_memory, "none",
+          "none, or system (--protocol=kserve, a server on this host started with "
+          "--shared_memory): inputs written once into a POSIX shared-memory region that "
+          "every call names instead of carrying the bytes");
 ABSL_FLAG(std::string, tls_ca, "", "PEM root certificates; enables TLS.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain (mutual TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM client private key (mutual TLS).");
@@ -335,6 +340,11 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   }
   c.http = protocol == "http";
   c.kserve = protocol == "kserve" || c.http;
+  const std::string shm = absl::GetFlag(FLAGS_shared_memory);
+  if ((shm != "none" && shm != "system") || (shm == "system" && protocol != "kserve")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shared_memory='", shm, "': want none, or system with --protocol=kserve"));
+  }
   ASSIGN_OR_RETURN(c.http_options, HttpOptionsFromFlags());
   if (c.http && (!absl::GetFlag(FLAGS_dump_outputs).empty() ||
                  !absl::GetFlag(FLAGS_tls_server_name).empty())) {
@@ -404,8 +414,10 @@ absl::StatusOr<std::unique_ptr<LoadGenerator>> PrepareHttpGenerator(const BenchC
 
 // Connects, resolves the inputs (from the server's metadata unless the
 // flags name, type and shape them), builds the request, writes
-// --dump_outputs, and returns the generator that will send it.
-absl::StatusOr<std::unique_ptr<LoadGenerator>> PrepareGenerator(const BenchConfig& c) {
+// --dump_outputs, and returns the generator that will send it; with
+// --shared_memory=system, `shm` receives the registered region.
+absl::StatusOr<std::unique_ptr<LoadGenerator>> PrepareGenerator(
+    const BenchConfig& c, std::unique_ptr<SharedMemoryInput>* shm) {
   if (c.http) return PrepareHttpGenerator(c);
   ASSIGN_OR_RETURN(auto channels, CreateChannels(c.channels));
   std::optional<v1::GetModelMetadataResponse> metadata;
@@ -421,7 +433,11 @@ absl::StatusOr<std::unique_ptr<LoadGenerator>> PrepareGenerator(const BenchConfi
   // simulated one, the tool never does.
   Clock* const clock = Clock::SteadyClock();
   if (c.kserve) {
-    return LoadGenerator::Create(std::move(channels), ToModelInferRequest(request), clock);
+    inference::ModelInferRequest kserve = ToModelInferRequest(request);
+    if (absl::GetFlag(FLAGS_shared_memory) == "system") {
+      ASSIGN_OR_RETURN(*shm, SharedMemoryInput::Create(channels.front(), &kserve));
+    }
+    return LoadGenerator::Create(std::move(channels), std::move(kserve), clock);
   }
   return LoadGenerator::Create(std::move(channels), std::move(request), clock);
 }
@@ -462,7 +478,8 @@ int RunSweep(LoadGenerator& gen, const BenchConfig& c) {
 int Main() {
   auto config = ConfigFromFlags();
   if (!config.ok()) return Fail(config.status());
-  auto gen = PrepareGenerator(*config);
+  std::unique_ptr<SharedMemoryInput> shm;  // unregistered after the sweep
+  auto gen = PrepareGenerator(*config, &shm);
   if (!gen.ok()) return Fail(gen.status());
   return RunSweep(**gen, *config);
 }

@@ -3,7 +3,6 @@
 // take validated Options structs.
 #include <cstdlib>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,10 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "glog/logging.h"
 #include "common/flags_help.h"
@@ -25,6 +21,7 @@
 #include "server/model_loading.h"
 #include "server/process_setup.h"
 #include "server/scheduling_flags.h"
+#include "server/transport_flags.h"
 #include "server/model_config/model_config.h"
 #include "server/runtime/cuda_sync.h"
 #include "server/runtime/model_signature.h"
@@ -315,6 +312,7 @@ metalserve::ServerOptions ServerOptionsFromFlags(metalserve::AccessLog* access_l
   so.unread_response_timeout = absl::GetFlag(FLAGS_unread_response_timeout);
   so.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   so.unix_socket_buffer_bytes = absl::GetFlag(FLAGS_unix_socket_buffer_bytes);
+  so.shared_memory = metalserve::SharedMemoryAccessFromFlags();
   const int cores = metalserve::UsableCores();
   if (auto api = metalserve::ParseGrpcApi(absl::GetFlag(FLAGS_grpc_api), cores); api.ok()) {
     so.grpc_api = *api;
@@ -437,7 +435,8 @@ int main(int argc, char** argv) {
       "Usage: metalserve [--model=path.pt | --model_repository=DIR] "
       "[--address=127.0.0.1:8500] ...");
   metalserve::ConfigureFlagsHelp(argc, argv, __FILE__, "server/main.cc",
-                                 {metalserve::kSchedulingFlagsFile});
+                                 {metalserve::kSchedulingFlagsFile,
+                                  metalserve::kTransportFlagsFile});
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

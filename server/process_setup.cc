@@ -101,6 +101,7 @@ void LogStart(const std::string& version, const RuntimeOptions& ro, const Server
             << (so.cuda_slots > 0 ? absl::StrCat(" (", so.cuda_slots, " on CUDA)") : "")
             << " rows_per_slot=" << so.batching.rows_per_slot
             << " address=" << so.address << UnixSocketBufferNote(so)
+            << " shared_memory=" << SharedMemoryAccessName(so.shared_memory)
             << " http_address=" << so.http.address
             << " metrics_address=" << mo.listen_address
             << " access_log=" << access_log;

@@ -1,7 +1,9 @@
 #include "server/service/kserve_codec.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -9,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "proto/dtype/dtype_map.h"
 #include "server/service/device_choice_json.h"
 #include "server/service/status_util.h"
@@ -93,23 +96,101 @@ absl::Status ContentsToBytes(const ModelInferRequest::InferInputTensor& in,
   return s;
 }
 
+constexpr char kRegionParameter[] = "shared_memory_region";
+
+// An int64 or uint64 parameter of `params` as an int64 (-1 when absent).
+absl::StatusOr<int64_t> SizeParameter(
+    const google::protobuf::Map<std::string, inference::InferParameter>& params,
+    const std::string& key, absl::string_view field) {
+  const auto it = params.find(key);
+  if (it == params.end()) return -1;
+  const inference::InferParameter& p = it->second;
+  uint64_t value = 0;
+  if (p.parameter_choice_case() == inference::InferParameter::kInt64Param &&
+      p.int64_param() >= 0) {
+    value = static_cast<uint64_t>(p.int64_param());
+  } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+    value = p.uint64_param();
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, "['", key, "'] must be a non-negative int64_param or a uint64_param"));
+  }
+  if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "['", key, "'] = ", value, " is out of range"));
+  }
+  return static_cast<int64_t>(value);
+}
+
+// Input i's bytes from the region its parameters name; nullopt when they
+// name none.
+absl::StatusOr<std::optional<absl::string_view>> SharedMemoryInput(
+    const ModelInferRequest::InferInputTensor& t, int i, SharedMemoryInputs* shm) {
+  const std::string field =
+      absl::StrCat("inputs[", i, "] ('", ClientText(t.name()), "').parameters");
+  const auto& params = t.parameters();
+  const auto region = params.find(kRegionParameter);
+  ASSIGN_OR_RETURN(const int64_t size, SizeParameter(params, "shared_memory_byte_size", field));
+  ASSIGN_OR_RETURN(const int64_t offset, SizeParameter(params, "shared_memory_offset", field));
+  if (region == params.end()) {
+    if (size < 0 && offset < 0) return std::nullopt;
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, "['", size >= 0 ? "shared_memory_byte_size" : "shared_memory_offset",
+        "'] is set without ['shared_memory_region']"));
+  }
+  if (region->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "['shared_memory_region'] must be a string_param"));
+  }
+  if (size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, "['shared_memory_region'] is set without ['shared_memory_byte_size']"));
+  }
+  std::string which;
+  if (t.has_contents() && CountSetFields(t.contents(), &which) > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs[", i, "] ('", ClientText(t.name()), "').contents.", which,
+        " is set together with a shared-memory region; use one or the other"));
+  }
+  if (shm == nullptr || shm->regions == nullptr) {
+    const absl::Status refusal = shm != nullptr ? shm->refusal : SharedMemoryInputs{}.refusal;
+    return absl::Status(refusal.code(),
+                        absl::StrCat(field, "['shared_memory_region']: ", refusal.message()));
+  }
+  ASSIGN_OR_RETURN(SharedMemoryRegions::Bytes bytes,
+                   shm->regions->View(region->second.string_param(), std::max<int64_t>(offset, 0),
+                                      size, field));
+  shm->views.push_back(std::move(bytes));
+  return shm->views.back().data;
+}
+
 }  // namespace
 
 // Decodes the request's inputs; `storage` receives bytes converted from
 // typed contents (views point into it or into `request`).
 absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
     const ModelInferRequest& request, std::vector<std::string>* storage,
-    const std::vector<std::vector<absl::string_view>>* raw_pieces) {
+    const std::vector<std::vector<absl::string_view>>* raw_pieces, SharedMemoryInputs* shm) {
+  // Inputs read from shared memory take no raw_input_contents entry.
+  std::vector<std::optional<absl::string_view>> shared(request.inputs_size());
+  int shared_count = 0;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    ASSIGN_OR_RETURN(shared[i], SharedMemoryInput(request.inputs(i), i, shm));
+    if (shared[i]) ++shared_count;
+  }
   const int raw_count = raw_pieces != nullptr ? static_cast<int>(raw_pieces->size())
                                               : request.raw_input_contents_size();
   const bool raw = raw_count > 0;
-  if (raw && raw_count != request.inputs_size()) {
+  if (raw && raw_count != request.inputs_size() - shared_count) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "raw_input_contents has ", raw_count,
-        " entries but inputs has ", request.inputs_size(),
-        "; give one entry per input, in the order of inputs"));
+        "raw_input_contents has ", raw_count, " entries but inputs has ",
+        request.inputs_size(),
+        shared_count > 0 ? absl::StrCat(", ", shared_count, " of them in shared memory") : "",
+        "; give one entry per input", shared_count > 0 ? " not in shared memory" : "",
+        ", in the order of inputs"));
   }
   storage->resize(raw ? 0 : request.inputs_size());
+  int raw_index = 0;
   std::vector<RawInput> out;
   out.reserve(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
@@ -125,22 +206,25 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
           "' is not supported; use one of ", KServeDatatypeList()));
     }
     in.shape.assign(t.shape().begin(), t.shape().end());
-    if (raw) {
+    if (shared[i]) {
+      in.data = *shared[i];
+    } else if (raw) {
       std::string which;
       if (t.has_contents() && CountSetFields(t.contents(), &which) > 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "inputs[", i, "] ('", ClientText(t.name()), "').contents.", which,
             " is set together with raw_input_contents; use one or the other"));
       }
+      const int r = raw_index++;
       if (raw_pieces != nullptr) {
-        const std::vector<absl::string_view>& views = (*raw_pieces)[i];
+        const std::vector<absl::string_view>& views = (*raw_pieces)[r];
         if (views.size() == 1) {
           in.data = views[0];
         } else if (views.size() > 1) {
           in.pieces = views;
         }
       } else {
-        in.data = request.raw_input_contents(i);
+        in.data = request.raw_input_contents(r);
       }
     } else {
       std::string& bytes = (*storage)[i];
@@ -164,6 +248,12 @@ absl::StatusOr<std::vector<size_t>> SelectKServeOutputs(
   }
   for (int i = 0; i < request.outputs_size(); ++i) {
     const std::string& name = request.outputs(i).name();
+    if (request.outputs(i).parameters().contains(kRegionParameter)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "outputs[", i, "] ('", ClientText(name),
+          "').parameters['shared_memory_region']: outputs are returned in the response; "
+          "shared-memory outputs are not supported"));
+    }
     size_t s = 0;
     while (s < specs.size() && specs[s].name != name) ++s;
     if (s == specs.size()) {

@@ -20,6 +20,7 @@
 #include "inference/grpc_service.pb.h"
 #include "common/tensor.h"
 #include "server/runtime/runner.h"
+#include "server/service/shared_memory.h"
 #include "server/service/tensor_codec.h"
 
 namespace metalserve {
@@ -35,14 +36,35 @@ namespace metalserve {
 // read in place from gRPC's slices (sliced_request.h; the request itself then
 // has none): each input's bytes are its entry's pieces, and the checks and
 // messages are those of raw_input_contents.
+//
+// An input whose parameters name a "shared_memory_region" (with
+// "shared_memory_byte_size", and "shared_memory_offset" or 0; int64 or
+// uint64 parameters, as Triton takes them) is read from that registered
+// region (shared_memory.h) and has neither contents nor a raw_input_contents
+// entry: raw_input_contents then holds one entry per other input, in order.
+// With `shm` null, or its `regions` null, such an input is refused with
+// `shm->refusal` (INVALID_ARGUMENT, or PERMISSION_DENIED for a peer not
+// allowed); otherwise each view taken is appended to `shm->views`, which the
+// caller keeps as long as the inputs are used. INVALID_ARGUMENT naming the
+// parameter for a wrong type, a byte size or offset without a region, a
+// region without a byte size, contents set as well, or a range the region
+// does not hold.
+struct SharedMemoryInputs {
+  const SharedMemoryRegions* regions = nullptr;
+  absl::Status refusal = absl::InvalidArgumentError(
+      "shared-memory inputs are not accepted here");
+  std::vector<SharedMemoryRegions::Bytes> views;
+};
 absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
     const inference::ModelInferRequest& request, std::vector<std::string>* storage,
-    const std::vector<std::vector<absl::string_view>>* raw_pieces = nullptr);
+    const std::vector<std::vector<absl::string_view>>* raw_pieces = nullptr,
+    SharedMemoryInputs* shm = nullptr);
 
 // Indices into `specs` (the model's outputs) of the outputs the request asks
 // for, in the request's order; all of them, in the model's order, when it
 // names none. INVALID_ARGUMENT naming outputs[i].name for a name that is not
-// an output of the model or one named twice.
+// an output of the model or one named twice, or one that asks for a
+// shared-memory region (outputs are always returned in the response).
 absl::StatusOr<std::vector<size_t>> SelectKServeOutputs(
     const inference::ModelInferRequest& request, const std::vector<TensorSpec>& specs);
 

@@ -33,12 +33,14 @@ class KServeTask final : public RpcInferTask {
   // point into; moving the vector keeps its elements where they are.
   KServeTask(const UnaryCall& call, std::unique_ptr<SlicedModelInferRequest> request,
              grpc::ByteBuffer* response, std::vector<std::string> storage,
+             std::vector<SharedMemoryRegions::Bytes> shared,
              std::vector<InputView> inputs, std::vector<size_t> outputs,
              ServableHandle model, Clock* clock, const std::atomic<bool>* cut_off)
       : RpcInferTask(call, std::move(inputs), clock, cut_off),
         request_(std::move(request)),
         response_bytes_(response),
         storage_(std::move(storage)),
+        shared_(std::move(shared)),
         outputs_(std::move(outputs)),
         model_(std::move(model)),
         stats_(&ServableOf(model_).kserve_statistics()) {
@@ -50,6 +52,17 @@ class KServeTask final : public RpcInferTask {
     if (!outputs.ok()) {
       Complete(outputs.status(), stats);
       return;
+    }
+    // A region whose object shrank while the batch read it gave zeros
+    // (shared_memory.h): the outputs are not this request's.
+    for (const SharedMemoryRegions::Bytes& bytes : shared_) {
+      if (bytes.Truncated()) {
+        Complete(absl::InvalidArgumentError(absl::StrCat(
+                     "shared-memory region '", ClientText(bytes.region),
+                     "' was truncated by its owner while this request was read")),
+                 stats);
+        return;
+      }
     }
     // Written straight into the response's slice (response_writer.h).
     ResponseFields fields = ServedResponseFields(ServableOf(model_).info(), stats);
@@ -70,6 +83,7 @@ class KServeTask final : public RpcInferTask {
   const std::unique_ptr<SlicedModelInferRequest> request_;  // the inputs' bytes
   grpc::ByteBuffer* const response_bytes_;
   const std::vector<std::string> storage_;
+  const std::vector<SharedMemoryRegions::Bytes> shared_;  // inputs' regions, held mapped
   const std::vector<size_t> outputs_;
   const ServableHandle model_;  // released when the task is destroyed
   KServeStatistics* const stats_;  // model_'s
@@ -133,6 +147,9 @@ grpc::ServerUnaryReactor* KServeService::ServerMetadata(
     response->add_extensions("model_configuration");
     response->add_extensions("statistics");
     response->add_extensions("model_repository");
+    if (shared_memory_access_ != SharedMemoryAccess::kOff) {
+      response->add_extensions("system_shared_memory");
+    }
     return absl::OkStatus();
   });
 }
@@ -247,7 +264,14 @@ grpc::ServerUnaryReactor* KServeService::ServeModelInfer(UnaryCall call,
   // A full queue refuses before the contents are converted.
   if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
   std::vector<std::string> storage;
-  absl::StatusOr<std::vector<RawInput>> raw = DecodeKServeInputs(message, &storage, raw_pieces);
+  SharedMemoryInputs shared;
+  if (absl::StatusOr<SharedMemoryRegions*> regions = SharedMemoryFor(*call.context); regions.ok()) {
+    shared.regions = *regions;
+  } else {
+    shared.refusal = regions.status();
+  }
+  absl::StatusOr<std::vector<RawInput>> raw =
+      DecodeKServeInputs(message, &storage, raw_pieces, &shared);
   if (!raw.ok()) return fail(raw.status());
   absl::StatusOr<std::vector<InputView>> inputs = ValidateInputs(*std::move(raw), info.inputs);
   if (!inputs.ok()) return fail(inputs.status());
@@ -257,7 +281,8 @@ grpc::ServerUnaryReactor* KServeService::ServeModelInfer(UnaryCall call,
   absl::StatusOr<int> priority = KServePriority(message);
   if (!priority.ok()) return fail(priority.status());
   auto infer = std::make_unique<KServeTask>(
-      call, std::move(request), response, std::move(storage), *std::move(inputs),
+      call, std::move(request), response, std::move(storage), std::move(shared.views),
+      *std::move(inputs),
       *std::move(outputs), model, clock_, &cut_off_);
   infer->set_access_log(access_log_, &info);
   infer->set_priority(*priority);

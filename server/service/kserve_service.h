@@ -27,6 +27,13 @@
 // repository) lists its one model and refuses load and unload with
 // FAILED_PRECONDITION.
 //
+// System shared-memory extension (kserve_shared_memory.cc, shared_memory.h):
+// SystemSharedMemoryRegister, Status and Unregister manage the regions that
+// ModelInfer inputs may name instead of carrying their bytes, for the peers
+// set_shared_memory() admits; every other call of theirs is refused
+// PERMISSION_DENIED. ServerMetadata lists "system_shared_memory" while
+// shared memory is on.
+//
 // The tensor decoding and encoding live in kserve_codec.h, the statistics in
 // kserve_statistics.h.
 //
@@ -52,10 +59,12 @@
 #include "server/repository/model_repository.h"
 #include "server/service/access_log.h"
 #include "server/service/async_unary.h"
+#include "server/service/log_limiter.h"
 #include "server/service/model_lookup.h"
 #include "server/service/raw_unary_method.h"
 #include "server/service/repository_worker.h"
 #include "server/service/rpc_task.h"
+#include "server/service/shared_memory.h"
 #include "server/service/sliced_request.h"
 
 namespace metalserve {
@@ -77,7 +86,11 @@ using CallbackServiceButModelInfer = Grpc::WithCallbackMethod_ServerLive<
             Grpc::WithCallbackMethod_ModelConfig<Grpc::WithCallbackMethod_ModelStatistics<
                 Grpc::WithCallbackMethod_RepositoryIndex<
                     Grpc::WithCallbackMethod_RepositoryModelLoad<
-                        Grpc::WithCallbackMethod_RepositoryModelUnload<Grpc::Service>>>>>>>>>>;
+                        Grpc::WithCallbackMethod_RepositoryModelUnload<
+                            Grpc::WithCallbackMethod_SystemSharedMemoryStatus<
+                                Grpc::WithCallbackMethod_SystemSharedMemoryRegister<
+                                    Grpc::WithCallbackMethod_SystemSharedMemoryUnregister<
+                                        Grpc::Service>>>>>>>>>>>>>;
 }  // namespace kserve_internal
 
 class KServeService final
@@ -101,6 +114,13 @@ class KServeService final
   // A compressed body (--accept_compression) is inflated up to this many
   // bytes (inflate_body.h). Set before the server starts. Default 64 MiB.
   void set_max_request_bytes(int64_t bytes) { max_request_bytes_ = bytes; }
+  // Shared-memory inputs for the peers `access` admits, from `regions` (not
+  // owned; outlives the service; null only with kOff). Set before the
+  // server starts. Default off.
+  void set_shared_memory(SharedMemoryAccess access, SharedMemoryRegions* regions) {
+    shared_memory_access_ = access;
+    shared_memory_ = regions;
+  }
   // Refuses further loads and unloads (UNAVAILABLE) and waits for the
   // running one, which answers its call. For the server's shutdown.
   void StopRepositoryControl() { control_worker_.Stop(); }
@@ -145,8 +165,25 @@ class KServeService final
       grpc::CallbackServerContext* context,
       const inference::RepositoryModelUnloadRequest* request,
       inference::RepositoryModelUnloadResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
 
  private:
+  // The regions a call from `context`'s peer may use, or why it may not
+  // (PERMISSION_DENIED naming the flag and the peer).
+  absl::StatusOr<SharedMemoryRegions*> SharedMemoryFor(
+      const grpc::ServerContextBase& context) const;
+
   // ModelInfer's handler for both APIs: `call` has its context and its
   // reactor or async call; the rest is filled here. Returns the reactor.
   grpc::ServerUnaryReactor* ServeModelInfer(UnaryCall call, const grpc::ByteBuffer* body,
@@ -172,6 +209,9 @@ class KServeService final
   std::atomic<bool> ready_{false};
   std::atomic<bool> cut_off_{false};
   int64_t max_request_bytes_ = int64_t{64} << 20;
+  SharedMemoryAccess shared_memory_access_ = SharedMemoryAccess::kOff;
+  SharedMemoryRegions* shared_memory_ = nullptr;
+  LogLimiter shared_memory_log_{clock_, absl::Seconds(1)};  // registrations' lines
   RepositoryWorker control_worker_;  // last: stopped before the rest goes
 };
 

@@ -200,6 +200,10 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
                                                s->held_bytes_.get(), options.grpc_api);
   s->service_->set_max_request_bytes(options.max_message_bytes);
   s->kserve_->set_max_request_bytes(options.max_message_bytes);
+  if (options.shared_memory != SharedMemoryAccess::kOff) {
+    s->shared_memory_ = std::make_unique<SharedMemoryRegions>();
+    s->kserve_->set_shared_memory(options.shared_memory, s->shared_memory_.get());
+  }
   RETURN_IF_ERROR(s->StartGrpc(options, creds));
   if (!options.http.address.empty()) {
     ASSIGN_OR_RETURN(RestOptions rest, RestOptionsOf(options));

@@ -35,6 +35,7 @@
 #include "server/service/unread_responses.h"
 #include "server/service/model_lookup.h"
 #include "server/service/rest_server.h"
+#include "server/service/shared_memory.h"
 
 namespace grpc {
 class Server;
@@ -121,6 +122,11 @@ struct ServerOptions {
   // method keeps the callback API.
   GrpcApi grpc_api = GrpcApi::kCallback;
   int grpc_cq_threads = 0;
+  // Which peers may register system shared-memory regions and name them in
+  // ModelInfer inputs instead of sending the bytes (shared_memory.h): off
+  // (the default), unix (calls over a Unix socket address) or local (those
+  // and loopback TCP).
+  SharedMemoryAccess shared_memory = SharedMemoryAccess::kOff;
   // The KServe v2 REST API (rest_server.h); http.address empty: off. Start()
   // fills its body limit, TLS files and version from the fields above.
   RestOptions http;
@@ -192,6 +198,7 @@ class InferenceServer {
   // Bytes of queued requests held as gRPC's slices; outlives both services.
   std::unique_ptr<HeldBytesBudget> held_bytes_;
   std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<SharedMemoryRegions> shared_memory_;  // null when off; outlives kserve_
   std::unique_ptr<KServeService> kserve_;  // inference.GRPCInferenceService
   std::shared_ptr<AcceptedCalls::State> accepted_;  // unary calls in handlers
   // --grpc_api=async: Predict's and ModelInfer's queues and pollers; joined

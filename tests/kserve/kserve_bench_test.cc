@@ -128,6 +128,53 @@ TEST_F(KServeBenchTest, DumpOutputsIsTheSameOverBothProtocols) {
   std::remove(kserve.c_str());
 }
 
+TEST_F(KServeBenchTest, SharedMemoryAgainstAServerThatHasItOffFailsNamingTheFlag) {
+  const Outcome o = RunBench(absl::StrCat("--protocol=kserve --shared_memory=system --target=",
+                                          target_, " --requests=5 --deadline=5s"));
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_THAT(o.out, HasSubstr("SystemSharedMemoryRegister: this server does not accept "
+                               "shared memory (--shared_memory=off)"));
+  EXPECT_EQ(KServeSuccesses(), 0);
+}
+
+TEST_F(KServeBenchTest, SharedMemoryNeedsTheKServeProtocol) {
+  const Outcome o = RunBench("--protocol=native --shared_memory=system --target=" + target_);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_THAT(o.out, HasSubstr("--shared_memory='system': want none, or system with "
+                               "--protocol=kserve"));
+}
+
+// A server that admits loopback peers: the bench registers its region, every
+// call names it, and the region is unregistered when the bench exits.
+class KServeBenchSharedMemoryTest : public KServeBenchTest {
+ protected:
+  void SetUp() override {
+    ServerOptions so = testing::LoopbackServerOptions();
+    so.shared_memory = SharedMemoryAccess::kLocal;
+    const absl::Status started = StartFakeServer(so);
+    ASSERT_TRUE(started.ok()) << started;
+    target_ = ServerTarget();
+  }
+};
+
+TEST_F(KServeBenchSharedMemoryTest, BinaryLoadTestsThroughASharedMemoryRegion) {
+  const Outcome o = RunBench(absl::StrCat(
+      "--protocol=kserve --shared_memory=system --target=", target_,
+      " --requests=20 --concurrency=2 --batch=3 --input=random --output=json --deadline=5s"));
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_THAT(o.out, HasSubstr("\"ok\":20,\"errors\":{}"));
+  EXPECT_EQ(KServeSuccesses(), 20);
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  inference::SystemSharedMemoryStatusResponse status;
+  ASSERT_TRUE(stub->SystemSharedMemoryStatus(&ctx, {}, &status).ok());
+  EXPECT_EQ(status.regions_size(), 0);  // the bench unregistered it
+  EXPECT_EQ(ServerCount("SystemSharedMemoryRegister", "OK"), 1);
+  EXPECT_EQ(ServerCount("SystemSharedMemoryUnregister", "OK"), 1);
+}
+
 TEST_F(KServeBenchTest, UnknownProtocolIsAUsageError) {
   const Outcome o = RunBench("--protocol=soap --target=" + target_);
   EXPECT_EQ(o.exit_code, 1);

@@ -1,0 +1,100 @@
+#include "client/shared_memory_input.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "inference/grpc_service.grpc.pb.h"
+
+namespace metalserve::client {
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+absl::Status Errno(absl::string_view what, const std::string& key) {
+  return absl::InternalError(absl::StrCat(what, " ", key, ": ", std::strerror(errno)));
+}
+
+grpc::ClientContext* WithDeadline(grpc::ClientContext* context) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  return context;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SharedMemoryInput>> SharedMemoryInput::Create(
+    std::shared_ptr<grpc::Channel> channel, inference::ModelInferRequest* request) {
+  if (request->raw_input_contents_size() != request->inputs_size()) {
+    return absl::InvalidArgumentError("--shared_memory needs raw_input_contents for every input");
+  }
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const std::string& bytes : request->raw_input_contents()) {
+    offsets.push_back(total);
+    total += (static_cast<int64_t>(bytes.size()) + kAlign - 1) / kAlign * kAlign;
+  }
+  const std::string region = absl::StrCat("metalserve-bench-", getpid());
+  const std::string key = "/" + region;
+  // Readable by every local user (it holds generated or given test inputs),
+  // so that a server running as another user (the systemd unit's
+  // DynamicUser) can map it.
+  const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+  if (fd < 0) return Errno("shm_open", key);
+  std::unique_ptr<SharedMemoryInput> input(new SharedMemoryInput(std::move(channel), key, region));
+  if (ftruncate(fd, std::max<int64_t>(total, 1)) != 0) {
+    close(fd);
+    return Errno("ftruncate", key);
+  }
+  for (int i = 0; i < request->inputs_size(); ++i) {
+    const std::string& bytes = request->raw_input_contents(i);
+    if (pwrite(fd, bytes.data(), bytes.size(), offsets[i]) != static_cast<ssize_t>(bytes.size())) {
+      close(fd);
+      return Errno("pwrite", key);
+    }
+  }
+  close(fd);
+  inference::SystemSharedMemoryRegisterRequest q;
+  q.set_name(region);
+  q.set_key(key);
+  q.set_offset(0);
+  q.set_byte_size(static_cast<uint64_t>(std::max<int64_t>(total, 1)));
+  inference::SystemSharedMemoryRegisterResponse r;
+  grpc::ClientContext context;
+  const grpc::Status s = inference::GRPCInferenceService::NewStub(input->channel_)
+                             ->SystemSharedMemoryRegister(WithDeadline(&context), q, &r);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("SystemSharedMemoryRegister: ", s.error_message()));
+  }
+  input->registered_ = true;
+  for (int i = 0; i < request->inputs_size(); ++i) {
+    auto& params = *request->mutable_inputs(i)->mutable_parameters();
+    params["shared_memory_region"].set_string_param(region);
+    params["shared_memory_offset"].set_int64_param(offsets[i]);
+    params["shared_memory_byte_size"].set_int64_param(
+        static_cast<int64_t>(request->raw_input_contents(i).size()));
+  }
+  request->clear_raw_input_contents();
+  return input;
+}
+
+SharedMemoryInput::~SharedMemoryInput() {
+  if (registered_) {
+    inference::SystemSharedMemoryUnregisterRequest q;
+    q.set_name(region_);
+    inference::SystemSharedMemoryUnregisterResponse r;
+    grpc::ClientContext context;
+    inference::GRPCInferenceService::NewStub(channel_)->SystemSharedMemoryUnregister(
+        WithDeadline(&context), q, &r);
+  }
+  shm_unlink(key_.c_str());
+}
+
+}  // namespace metalserve::client
