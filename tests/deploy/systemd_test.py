@@ -150,13 +150,13 @@ class SystemdSeccomp(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.port, self.metrics_port = proc_util.free_port(), proc_util.free_port()
 
-    def start(self, filter_args):
+    def start(self, filter_args, **extra_flags):
         unit = read_unit(ARGS.unit)
         flags = deploy_common.parse_flags(unit["Service"]["ExecStart"][0].split()[1:])
         flags.update(model=ARGS.model, address=f"127.0.0.1:{self.port}",
                      metrics_address=f"127.0.0.1:{self.metrics_port}",
                      http_address=f"127.0.0.1:{proc_util.free_port()}",
-                     drain_grace="0s", threads="2")
+                     drain_grace="0s", threads="2", **extra_flags)
         argv = ["/usr/bin/python3", SECCOMP_EXEC, *filter_args, "--",
                 ARGS.server, *(f"--{k}={v}" for k, v in flags.items())]
         log = os.path.join(self.tmp, "server.log")
@@ -176,13 +176,17 @@ class SystemdSeccomp(unittest.TestCase):
         proc_util.wait_for("metalserve_ready 1", check, time.monotonic() + 90)
 
     def test_server_serves_and_stops_under_the_units_filter(self):
-        server, log = self.start(["--unit", ARGS.unit])
+        # Shared memory on: registering maps the client's object and
+        # installs the SIGBUS guard (sigaction, mmap), under the filter too.
+        server, log = self.start(["--unit", ARGS.unit], shared_memory="local")
         self.ready(server, log)
-        bench = subprocess.run(
-            [ARGS.bench, f"--target=127.0.0.1:{self.port}", "--requests=20",
-             "--concurrency=2", "--deadline=20s", "--max_error_rate=0",
-             "--progress=off"], capture_output=True, text=True, timeout=60)
-        self.assertEqual(bench.returncode, 0, bench.stdout + bench.stderr)
+        for extra in ([], ["--protocol=kserve", "--shared_memory=system"]):
+            bench = subprocess.run(
+                [ARGS.bench, f"--target=127.0.0.1:{self.port}", "--requests=20",
+                 "--concurrency=2", "--deadline=20s", "--max_error_rate=0",
+                 "--progress=off", *extra], capture_output=True, text=True, timeout=60)
+            self.assertEqual(bench.returncode, 0, bench.stdout + bench.stderr)
+        self.assertIn("shared memory: region 'metalserve-bench-", proc_util.tail(log))
         server.send_signal(signal.SIGTERM)
         self.assertEqual(server.wait(timeout=40), 0, proc_util.tail(log))
 
