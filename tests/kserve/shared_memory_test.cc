@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "server/service/kserve_codec.h"
 #include "server/service/server.h"
 #include "server/service/shared_memory.h"
 #include "tests/testing/fake_runner.h"
@@ -174,6 +175,62 @@ TEST(SharedMemoryRegionsTest, AnObjectTruncatedUnderARegionReadsZerosAndIsReport
   EXPECT_TRUE(view->Truncated());
   EXPECT_THAT(regions.View("r", 0, 4, "inputs[0]"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("was truncated")));
+}
+
+// Inputs in shared memory take no raw_input_contents entry: the others'
+// entries are theirs in order, read from the request, from gRPC's slices or
+// converted from typed contents.
+TEST(SharedMemoryDecodeTest, OtherInputsKeepTheirOwnBytesInOrder) {
+  ShmObject object(64);
+  object.Write(8, "AAAA", 4);
+  SharedMemoryRegions regions;
+  ASSERT_THAT(regions.Register("r", object.key(), 0, 64), IsOk());
+  ModelInferRequest req;
+  for (const char* name : {"a", "b", "c"}) {
+    auto* t = req.add_inputs();
+    t->set_name(name);
+    t->set_datatype("UINT8");
+    t->add_shape(4);
+  }
+  auto& params = *req.mutable_inputs(0)->mutable_parameters();
+  params["shared_memory_region"].set_string_param("r");
+  params["shared_memory_offset"].set_uint64_param(8);
+  params["shared_memory_byte_size"].set_int64_param(4);
+  req.add_raw_input_contents("BBBB");
+  req.add_raw_input_contents("CCCC");
+
+  std::vector<std::string> storage;
+  SharedMemoryInputs shm{.regions = &regions};
+  absl::StatusOr<std::vector<RawInput>> in = DecodeKServeInputs(req, &storage, nullptr, &shm);
+  ASSERT_THAT(in.status(), IsOk());
+  ASSERT_EQ(in->size(), 3u);
+  EXPECT_EQ((*in)[0].data, "AAAA");
+  EXPECT_EQ((*in)[1].data, "BBBB");
+  EXPECT_EQ((*in)[2].data, "CCCC");
+  EXPECT_EQ(shm.views.size(), 1u);
+
+  // The same with raw_input_contents read from slices (sliced_request.h).
+  ModelInferRequest skeleton = req;
+  skeleton.clear_raw_input_contents();
+  const std::vector<std::vector<absl::string_view>> pieces = {{"BB", "BB"}, {"CCCC"}};
+  SharedMemoryInputs shm2{.regions = &regions};
+  in = DecodeKServeInputs(skeleton, &storage, &pieces, &shm2);
+  ASSERT_THAT(in.status(), IsOk());
+  EXPECT_EQ((*in)[0].data, "AAAA");
+  EXPECT_THAT((*in)[1].pieces, ElementsAre("BB", "BB"));
+  EXPECT_EQ((*in)[2].data, "CCCC");
+
+  // And with typed contents for the others.
+  ModelInferRequest typed = skeleton;
+  for (int i : {1, 2}) {
+    for (int v : {7, 8, 9, i}) typed.mutable_inputs(i)->mutable_contents()->add_uint_contents(v);
+  }
+  SharedMemoryInputs shm3{.regions = &regions};
+  in = DecodeKServeInputs(typed, &storage, nullptr, &shm3);
+  ASSERT_THAT(in.status(), IsOk());
+  EXPECT_EQ((*in)[0].data, "AAAA");
+  EXPECT_EQ((*in)[1].data, std::string("\x07\x08\x09\x01"));
+  EXPECT_EQ((*in)[2].data, std::string("\x07\x08\x09\x02"));
 }
 
 TEST(SharedMemoryAccessTest, AdmitsPeersByAccess) {
