@@ -340,11 +340,8 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   }
   c.http = protocol == "http";
   c.kserve = protocol == "kserve" || c.http;
-  const std::string shm = absl::GetFlag(FLAGS_shared_memory);
-  if ((shm != "none" && shm != "system") || (shm == "system" && protocol != "kserve")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--shared_memory='", shm, "': want none, or system with --protocol=kserve"));
-  }
+  RETURN_IF_ERROR(
+      CheckSharedMemoryFlag(absl::GetFlag(FLAGS_shared_memory), protocol, TargetFlag()));
   ASSIGN_OR_RETURN(c.http_options, HttpOptionsFromFlags());
   if (c.http && (!absl::GetFlag(FLAGS_dump_outputs).empty() ||
                  !absl::GetFlag(FLAGS_tls_server_name).empty())) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "inference/grpc_service.grpc.pb.h"
@@ -29,6 +31,18 @@ grpc::ClientContext* WithDeadline(grpc::ClientContext* context) {
 
 }  // namespace
 
+absl::Status CheckSharedMemoryFlag(absl::string_view value, absl::string_view protocol,
+                                   absl::string_view target) {
+  if (value == "none") return absl::OkStatus();
+  if (value == "system" && protocol == "kserve" && !absl::StrContains(target, ",") &&
+      !absl::StartsWith(target, "dns:")) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--shared_memory='", value, "': want none, or system with --protocol=kserve and one "
+      "server (--target one address: the region is registered with that server)"));
+}
+
 absl::StatusOr<std::unique_ptr<SharedMemoryInput>> SharedMemoryInput::Create(
     std::shared_ptr<grpc::Channel> channel, inference::ModelInferRequest* request) {
   if (request->raw_input_contents_size() != request->inputs_size()) {
@@ -42,24 +56,27 @@ absl::StatusOr<std::unique_ptr<SharedMemoryInput>> SharedMemoryInput::Create(
   }
   const std::string region = absl::StrCat("metalserve-bench-", getpid());
   const std::string key = "/" + region;
-  // Readable by every local user (it holds generated or given test inputs),
-  // so that a server running as another user (the systemd unit's
-  // DynamicUser) can map it.
-  const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+  const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return Errno("shm_open", key);
   std::unique_ptr<SharedMemoryInput> input(new SharedMemoryInput(std::move(channel), key, region));
-  if (ftruncate(fd, std::max<int64_t>(total, 1)) != 0) {
+  // Readable by every local user whatever the umask (it holds generated or
+  // given test inputs): a server running as another user (the systemd
+  // unit's DynamicUser) can map it, and --shared_memory=local maps only such
+  // objects.
+  const size_t size = static_cast<size_t>(std::max<int64_t>(total, 1));
+  if (fchmod(fd, 0644) != 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
     close(fd);
-    return Errno("ftruncate", key);
+    return Errno("fchmod/ftruncate", key);
   }
+  // Written through a mapping: macOS has no write() on shared-memory objects.
+  void* map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return Errno("mmap", key);
   for (int i = 0; i < request->inputs_size(); ++i) {
     const std::string& bytes = request->raw_input_contents(i);
-    if (pwrite(fd, bytes.data(), bytes.size(), offsets[i]) != static_cast<ssize_t>(bytes.size())) {
-      close(fd);
-      return Errno("pwrite", key);
-    }
+    std::memcpy(static_cast<char*>(map) + offsets[i], bytes.data(), bytes.size());
   }
-  close(fd);
+  munmap(map, size);
   inference::SystemSharedMemoryRegisterRequest q;
   q.set_name(region);
   q.set_key(key);

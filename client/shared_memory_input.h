@@ -21,6 +21,12 @@
 
 namespace metalserve::client {
 
+// --shared_memory's value against --protocol and --target: none, or
+// system with kserve and one server (the region is registered with one).
+// INVALID_ARGUMENT naming the flag otherwise.
+absl::Status CheckSharedMemoryFlag(absl::string_view value, absl::string_view protocol,
+                                   absl::string_view target);
+
 class SharedMemoryInput {
  public:
   // Creates the object "/metalserve-bench-<pid>" (mode 0644) sized for `request`'s

@@ -98,53 +98,62 @@ absl::Status ContentsToBytes(const ModelInferRequest::InferInputTensor& in,
 
 constexpr char kRegionParameter[] = "shared_memory_region";
 
-// An int64 or uint64 parameter of `params` as an int64 (-1 when absent).
-absl::StatusOr<int64_t> SizeParameter(
-    const google::protobuf::Map<std::string, inference::InferParameter>& params,
-    const std::string& key, absl::string_view field) {
-  const auto it = params.find(key);
-  if (it == params.end()) return -1;
+const std::string kRegionKey = kRegionParameter;
+const std::string kByteSizeKey = "shared_memory_byte_size";
+const std::string kOffsetKey = "shared_memory_offset";
+
+std::string ParametersField(const ModelInferRequest::InferInputTensor& t, int i) {
+  return absl::StrCat("inputs[", i, "] ('", ClientText(t.name()), "').parameters");
+}
+
+// Parameter `key` of input i as a non-negative int64 (-1 when absent).
+absl::StatusOr<int64_t> SizeParameter(const ModelInferRequest::InferInputTensor& t, int i,
+                                      const std::string& key) {
+  const auto it = t.parameters().find(key);
+  if (it == t.parameters().end()) return -1;
   const inference::InferParameter& p = it->second;
-  uint64_t value = 0;
   if (p.parameter_choice_case() == inference::InferParameter::kInt64Param &&
       p.int64_param() >= 0) {
-    value = static_cast<uint64_t>(p.int64_param());
+    return p.int64_param();
+  }
+  if (p.parameter_choice_case() == inference::InferParameter::kUint64Param &&
+      p.uint64_param() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return static_cast<int64_t>(p.uint64_param());
+  }
+  std::string given = "another type";
+  if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+    given = absl::StrCat(p.int64_param());
   } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
-    value = p.uint64_param();
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, "['", key, "'] must be a non-negative int64_param or a uint64_param"));
+    given = absl::StrCat(p.uint64_param());
   }
-  if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, "['", key, "'] = ", value, " is out of range"));
-  }
-  return static_cast<int64_t>(value);
+  return absl::InvalidArgumentError(absl::StrCat(
+      ParametersField(t, i), "['", key, "'] = ", given,
+      " must be a non-negative int64_param or uint64_param within int64's range"));
 }
 
 // Input i's bytes from the region its parameters name; nullopt when they
 // name none.
 absl::StatusOr<std::optional<absl::string_view>> SharedMemoryInput(
     const ModelInferRequest::InferInputTensor& t, int i, SharedMemoryInputs* shm) {
-  const std::string field =
-      absl::StrCat("inputs[", i, "] ('", ClientText(t.name()), "').parameters");
   const auto& params = t.parameters();
-  const auto region = params.find(kRegionParameter);
-  ASSIGN_OR_RETURN(const int64_t size, SizeParameter(params, "shared_memory_byte_size", field));
-  ASSIGN_OR_RETURN(const int64_t offset, SizeParameter(params, "shared_memory_offset", field));
+  if (params.empty()) return std::nullopt;
+  const auto region = params.find(kRegionKey);
+  ASSIGN_OR_RETURN(const int64_t size, SizeParameter(t, i, kByteSizeKey));
+  ASSIGN_OR_RETURN(const int64_t offset, SizeParameter(t, i, kOffsetKey));
   if (region == params.end()) {
     if (size < 0 && offset < 0) return std::nullopt;
     return absl::InvalidArgumentError(absl::StrCat(
-        field, "['", size >= 0 ? "shared_memory_byte_size" : "shared_memory_offset",
+        ParametersField(t, i), "['", size >= 0 ? kByteSizeKey : kOffsetKey,
         "'] is set without ['shared_memory_region']"));
   }
   if (region->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, "['shared_memory_region'] must be a string_param"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        ParametersField(t, i), "['shared_memory_region'] must be a string_param"));
   }
   if (size < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, "['shared_memory_region'] is set without ['shared_memory_byte_size']"));
+        ParametersField(t, i),
+        "['shared_memory_region'] is set without ['shared_memory_byte_size']"));
   }
   std::string which;
   if (t.has_contents() && CountSetFields(t.contents(), &which) > 0) {
@@ -154,12 +163,13 @@ absl::StatusOr<std::optional<absl::string_view>> SharedMemoryInput(
   }
   if (shm == nullptr || shm->regions == nullptr) {
     const absl::Status refusal = shm != nullptr ? shm->refusal : SharedMemoryInputs{}.refusal;
-    return absl::Status(refusal.code(),
-                        absl::StrCat(field, "['shared_memory_region']: ", refusal.message()));
+    return absl::Status(refusal.code(), absl::StrCat(ParametersField(t, i),
+                                                     "['shared_memory_region']: ",
+                                                     refusal.message()));
   }
   ASSIGN_OR_RETURN(SharedMemoryRegions::Bytes bytes,
                    shm->regions->View(region->second.string_param(), std::max<int64_t>(offset, 0),
-                                      size, field));
+                                      size, ParametersField(t, i)));
   shm->views.push_back(std::move(bytes));
   return shm->views.back().data;
 }
@@ -237,6 +247,13 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
   return out;
 }
 
+bool NamesSharedMemory(const ModelInferRequest& request) {
+  for (const auto& t : request.inputs()) {
+    if (!t.parameters().empty() && t.parameters().contains(kRegionKey)) return true;
+  }
+  return false;
+}
+
 // Indices into the model's outputs of the outputs the request asks for
 // (all of them when it names none).
 absl::StatusOr<std::vector<size_t>> SelectKServeOutputs(
@@ -248,7 +265,7 @@ absl::StatusOr<std::vector<size_t>> SelectKServeOutputs(
   }
   for (int i = 0; i < request.outputs_size(); ++i) {
     const std::string& name = request.outputs(i).name();
-    if (request.outputs(i).parameters().contains(kRegionParameter)) {
+    if (request.outputs(i).parameters().contains(kRegionKey)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "outputs[", i, "] ('", ClientText(name),
           "').parameters['shared_memory_region']: outputs are returned in the response; "

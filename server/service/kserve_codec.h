@@ -59,6 +59,9 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
     const inference::ModelInferRequest& request, std::vector<std::string>* storage,
     const std::vector<std::vector<absl::string_view>>* raw_pieces = nullptr,
     SharedMemoryInputs* shm = nullptr);
+// Whether any input names a "shared_memory_region" (so that the caller
+// resolves shared-memory access only for requests that use it).
+bool NamesSharedMemory(const inference::ModelInferRequest& request);
 
 // Indices into `specs` (the model's outputs) of the outputs the request asks
 // for, in the request's order; all of them, in the model's order, when it

@@ -58,7 +58,7 @@ class KServeTask final : public RpcInferTask {
     for (const SharedMemoryRegions::Bytes& bytes : shared_) {
       if (bytes.Truncated()) {
         Complete(absl::InvalidArgumentError(absl::StrCat(
-                     "shared-memory region '", ClientText(bytes.region),
+                     "shared-memory region '", ClientText(bytes.region()),
                      "' was truncated by its owner while this request was read")),
                  stats);
         return;
@@ -265,10 +265,13 @@ grpc::ServerUnaryReactor* KServeService::ServeModelInfer(UnaryCall call,
   if (absl::Status s = CheckQueueRoom(servable.batcher()); !s.ok()) return fail(s);
   std::vector<std::string> storage;
   SharedMemoryInputs shared;
-  if (absl::StatusOr<SharedMemoryRegions*> regions = SharedMemoryFor(*call.context); regions.ok()) {
-    shared.regions = *regions;
-  } else {
-    shared.refusal = regions.status();
+  if (NamesSharedMemory(message)) {
+    absl::StatusOr<SharedMemoryRegions*> regions = SharedMemoryFor(*call.context);
+    if (regions.ok()) {
+      shared.regions = *regions;
+    } else {
+      shared.refusal = regions.status();
+    }
   }
   absl::StatusOr<std::vector<RawInput>> raw =
       DecodeKServeInputs(message, &storage, raw_pieces, &shared);

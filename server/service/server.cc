@@ -201,7 +201,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   s->service_->set_max_request_bytes(options.max_message_bytes);
   s->kserve_->set_max_request_bytes(options.max_message_bytes);
   if (options.shared_memory != SharedMemoryAccess::kOff) {
-    s->shared_memory_ = std::make_unique<SharedMemoryRegions>();
+    s->shared_memory_ = std::make_unique<SharedMemoryRegions>(options.shared_memory);
     s->kserve_->set_shared_memory(options.shared_memory, s->shared_memory_.get());
   }
   RETURN_IF_ERROR(s->StartGrpc(options, creds));

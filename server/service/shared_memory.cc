@@ -10,11 +10,17 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <utility>
 
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
+
+#include "absl/base/call_once.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/service/status_util.h"
 
@@ -36,43 +42,71 @@ FaultSlot g_slots[kSlots];
 uintptr_t g_page_bytes = 4096;
 struct sigaction g_previous_sigbus;
 
-void OnSigbus(int signal, siginfo_t* info, void* context) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(info->si_addr);
-  for (FaultSlot& slot : g_slots) {
-    const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
-    if (begin == 0 || at < begin || at >= slot.end.load(std::memory_order_acquire)) continue;
-    // A zero page over the vanished one: the faulting read runs again and
-    // finishes. mmap is a plain system call here, as in other servers that
-    // map their clients' memory and survive its truncation.
-    void* page = reinterpret_cast<void*>(at & ~(g_page_bytes - 1));
-    if (mmap(page, g_page_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
-        MAP_FAILED) {
-      slot.faults.fetch_add(1, std::memory_order_relaxed);
+// Zeros over [begin, end), read-only, replacing what was mapped there. The
+// raw system call on Linux: a sanitizer's mmap interceptor is not meant to
+// run inside a signal handler.
+bool MapZeros(uintptr_t begin, uintptr_t end) {
+  void* at = reinterpret_cast<void*>(begin);
+  const size_t length = end - begin;
+  constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+#ifdef __linux__
+  const long r = syscall(SYS_mmap, at, length, PROT_READ, kFlags, -1, 0);
+  return r != -1;
+#else
+  return mmap(at, length, PROT_READ, kFlags, -1, 0) != MAP_FAILED;
+#endif
+}
+
+// Whoever handled SIGBUS before this guard. Their handler when they had
+// one; else their action is put back, so that a fault, which runs again on
+// return, gets it, and a signal sent by kill() is raised again for it.
+void ChainSigbus(int signal, siginfo_t* info, void* context) {
+  const struct sigaction& p = g_previous_sigbus;
+  if ((p.sa_flags & SA_SIGINFO) != 0) {
+    if (p.sa_sigaction != nullptr &&
+        reinterpret_cast<void*>(p.sa_sigaction) != reinterpret_cast<void*>(SIG_IGN) &&
+        reinterpret_cast<void*>(p.sa_sigaction) != reinterpret_cast<void*>(SIG_DFL)) {
+      p.sa_sigaction(signal, info, context);
       return;
     }
-    break;
-  }
-  // Not a region's: whoever handled SIGBUS before, else the default action
-  // (restored here; the access faults again on return).
-  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) != 0 && g_previous_sigbus.sa_sigaction != nullptr) {
-    g_previous_sigbus.sa_sigaction(signal, info, context);
+  } else if (p.sa_handler != SIG_DFL && p.sa_handler != SIG_IGN) {
+    p.sa_handler(signal);
     return;
   }
-  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) == 0 && g_previous_sigbus.sa_handler != SIG_DFL &&
-      g_previous_sigbus.sa_handler != SIG_IGN) {
-    g_previous_sigbus.sa_handler(signal);
-    return;
+  sigaction(SIGBUS, &p, nullptr);
+  if (info == nullptr || info->si_code <= 0) raise(SIGBUS);
+}
+
+void OnSigbus(int signal, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  // A fault (si_code > 0, si_addr meaningful), not a signal sent by kill().
+  if (info != nullptr && info->si_code > 0) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(info->si_addr);
+    for (FaultSlot& slot : g_slots) {
+      const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
+      const uintptr_t end = slot.end.load(std::memory_order_acquire);
+      if (begin == 0 || at < begin || at >= end) continue;
+      // Zeros from the faulting page to the region's end, in one call: the
+      // rest of the read runs on without a signal per page.
+      if (MapZeros(at & ~(g_page_bytes - 1), end)) {
+        slot.faults.fetch_add(1, std::memory_order_relaxed);
+        errno = saved_errno;
+        return;
+      }
+      break;
+    }
   }
-  ::signal(SIGBUS, SIG_DFL);
+  ChainSigbus(signal, info, context);
+  errno = saved_errno;
 }
 
 void InstallGuardOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static absl::once_flag once;
+  absl::call_once(once, [] {
     g_page_bytes = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     struct sigaction action {};
     action.sa_sigaction = OnSigbus;
-    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    action.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
     PCHECK(sigaction(SIGBUS, &action, &g_previous_sigbus) == 0) << "sigaction(SIGBUS)";
   });
@@ -101,7 +135,8 @@ absl::Status CheckKey(const std::string& key) {
       key.size() > 255 || key == "/." || key == "/.." || key.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key '", ClientText(key),
-        "' is not a POSIX shared-memory name: want '/' and 1 to 254 characters, no other '/'"));
+        "' is not a POSIX shared-memory name: want '/' and 1 to 254 characters (macOS: 30), "
+        "no other '/'"));
   }
   return absl::OkStatus();
 }
@@ -111,8 +146,49 @@ absl::Status OpenError(const std::string& key, int error) {
   switch (error) {
     case ENOENT: return absl::NotFoundError(absl::StrCat(what, " (no such shared-memory object)"));
     case EACCES: return absl::PermissionDeniedError(what);
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM: return absl::ResourceExhaustedError(what);
     default: return absl::InvalidArgumentError(what);
   }
+}
+
+// Opens `key` for reading and checks what it is: an object (on Linux a
+// regular file under /dev/shm; macOS reports no file type for one) holding
+// at least `bytes`, readable by every local user when `world_readable`.
+absl::StatusOr<int> OpenObject(const std::string& key, uint64_t offset, uint64_t byte_size,
+                               bool world_readable) {
+  int flags = O_RDONLY;
+#ifdef __linux__
+  flags |= O_NONBLOCK;  // a FIFO named like an object must not block the call
+#endif
+  const int fd = shm_open(key.c_str(), flags, 0);
+  if (fd < 0) return OpenError(key, errno);
+  struct stat st {};
+  absl::Status s;
+  if (fstat(fd, &st) != 0) {
+    s = OpenError(key, errno);
+#ifdef __linux__
+  } else if (!S_ISREG(st.st_mode)) {
+    s = absl::InvalidArgumentError(
+        absl::StrCat("key '", ClientText(key), "' is not a shared-memory object"));
+#endif
+  } else if (world_readable && (st.st_mode & S_IROTH) == 0) {
+    s = absl::PermissionDeniedError(absl::StrCat(
+        "key '", ClientText(key), "' is not readable by every local user (mode ",
+        absl::StrFormat("%04o", st.st_mode & 07777),
+        "): --shared_memory=local maps only such objects; make it o+r, or serve the client "
+        "over a Unix socket with --shared_memory=unix"));
+  } else if (static_cast<uint64_t>(st.st_size) < offset + byte_size) {
+    s = absl::InvalidArgumentError(absl::StrCat(
+        "key '", ClientText(key), "' holds ", st.st_size, " bytes; offset ", offset,
+        " + byte_size ", byte_size, " = ", offset + byte_size, " is past its end"));
+  }
+  if (!s.ok()) {
+    close(fd);
+    return s;
+  }
+  return fd;
 }
 
 }  // namespace
@@ -163,21 +239,51 @@ bool PeerMayUseSharedMemory(SharedMemoryAccess access, absl::string_view peer) {
   if (access == SharedMemoryAccess::kOff) return false;
   if (absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "unix-abstract:")) return true;
   if (access == SharedMemoryAccess::kUnix) return false;
-  return absl::StartsWith(peer, "ipv4:127.") || absl::StartsWith(peer, "ipv6:[::1]:") ||
-         absl::StartsWith(peer, "ipv6:[::ffff:127.");
+  // gRPC writes an IPv6 peer's brackets percent-encoded (ipv6:%5B::1%5D:port)
+  // in the releases packaged here; both spellings are taken.
+  for (absl::string_view open : {"[", "%5B", "%5b"}) {
+    const std::string v6 = absl::StrCat("ipv6:", open);
+    if (absl::StartsWith(peer, v6 + "::1]") || absl::StartsWith(peer, v6 + "::1%5D") ||
+        absl::StartsWith(peer, v6 + "::1%5d") || absl::StartsWith(peer, v6 + "::ffff:127.")) {
+      return true;
+    }
+  }
+  return absl::StartsWith(peer, "ipv4:127.");
 }
 
 bool SharedMemoryRegions::Bytes::Truncated() const {
-  return hold != nullptr && hold->faults() != faults_seen;
+  return hold != nullptr && hold->faults() != 0;
 }
 
-SharedMemoryRegions::SharedMemoryRegions(int max_regions) : max_regions_(max_regions) {}
+const std::string& SharedMemoryRegions::Bytes::region() const {
+  static const std::string* const kNone = new std::string();
+  return hold != nullptr ? hold->status.name : *kNone;
+}
+
+SharedMemoryRegions::SharedMemoryRegions(SharedMemoryAccess access, int max_regions)
+    : world_readable_only_(access == SharedMemoryAccess::kLocal), max_regions_(max_regions) {}
 SharedMemoryRegions::~SharedMemoryRegions() = default;
+
+absl::Status SharedMemoryRegions::CheckRoom(const std::string& name) const {
+  if (regions_.contains(name)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("region '", ClientText(name), "' is already registered"));
+  }
+  if (static_cast<int>(regions_.size()) >= max_regions_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        max_regions_, " shared-memory regions are registered, the most this server keeps; "
+        "unregister one first"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status SharedMemoryRegions::Register(const std::string& name, const std::string& key,
                                            uint64_t offset, uint64_t byte_size) {
-  if (name.empty()) return absl::InvalidArgumentError("name is empty");
-  if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  if (name.empty() || name.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "name has ", name.size(), " bytes; want 1 to ", kMaxNameBytes));
+  }
+  RETURN_IF_ERROR(CheckKey(key));
   if (byte_size == 0) return absl::InvalidArgumentError("byte_size is 0");
   constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
   if (offset > kMax || byte_size > kMax - offset) {
@@ -186,38 +292,10 @@ absl::Status SharedMemoryRegions::Register(const std::string& name, const std::s
   }
   {
     absl::MutexLock lock(&mu_);
-    if (regions_.contains(name)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("region '", ClientText(name), "' is already registered"));
-    }
-    if (static_cast<int>(regions_.size()) >= max_regions_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          max_regions_, " shared-memory regions are registered, the most this server keeps; "
-          "unregister one first"));
-    }
+    RETURN_IF_ERROR(CheckRoom(name));
   }
   InstallGuardOnce();
-  int flags = O_RDONLY;
-#ifdef __linux__
-  flags |= O_NONBLOCK;  // a FIFO named like an object must not block the call
-#endif
-  const int fd = shm_open(key.c_str(), flags, 0);
-  if (fd < 0) return OpenError(key, errno);
-  struct stat st {};
-  const int stat_result = fstat(fd, &st);
-  const int stat_errno = errno;
-  if (stat_result != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return stat_result != 0 ? OpenError(key, stat_errno)
-                            : absl::InvalidArgumentError(absl::StrCat(
-                                  "key '", ClientText(key), "' is not a shared-memory object"));
-  }
-  if (static_cast<uint64_t>(st.st_size) < offset + byte_size) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key '", ClientText(key), "' holds ", st.st_size, " bytes; offset ", offset,
-        " + byte_size ", byte_size, " = ", offset + byte_size, " is past its end"));
-  }
+  ASSIGN_OR_RETURN(const int fd, OpenObject(key, offset, byte_size, world_readable_only_));
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t start = offset - offset % page;
   const size_t length = static_cast<size_t>(offset - start + byte_size);
@@ -235,14 +313,8 @@ absl::Status SharedMemoryRegions::Register(const std::string& name, const std::s
       RegionStatus{.name = name, .key = key, .offset = offset, .byte_size = byte_size}, base,
       length, static_cast<size_t>(offset - start), slot);
   absl::MutexLock lock(&mu_);
-  if (static_cast<int>(regions_.size()) >= max_regions_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        max_regions_, " shared-memory regions are registered, the most this server keeps"));
-  }
-  if (!regions_.emplace(name, std::move(mapping)).second) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("region '", ClientText(name), "' is already registered"));
-  }
+  RETURN_IF_ERROR(CheckRoom(name));  // another call may have taken the name or the room
+  regions_.emplace(name, std::move(mapping));
   return absl::OkStatus();
 }
 
@@ -252,14 +324,10 @@ absl::Status SharedMemoryRegions::Unregister(const std::string& name) {
   if (name.empty()) {
     for (auto& [n, m] : regions_) gone.push_back(std::move(m));
     regions_.clear();
-    return absl::OkStatus();
+  } else if (auto it = regions_.find(name); it != regions_.end()) {
+    gone.push_back(std::move(it->second));
+    regions_.erase(it);
   }
-  auto it = regions_.find(name);
-  if (it == regions_.end()) {
-    return absl::NotFoundError(absl::StrCat("region '", ClientText(name), "' is not registered"));
-  }
-  gone.push_back(std::move(it->second));
-  regions_.erase(it);
   return absl::OkStatus();
 }
 
@@ -292,11 +360,11 @@ absl::StatusOr<SharedMemoryRegions::Bytes> SharedMemoryRegions::View(
         field, "['shared_memory_region'] = '", ClientText(name),
         "' is not a registered region (SystemSharedMemoryRegister)"));
   }
-  const int faults = mapping->faults();
-  if (faults > 0) {
+  if (mapping->faults() > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, "['shared_memory_region'] = '", ClientText(name),
-        "': its object was truncated after it was registered; register it again"));
+        "': its object was truncated after it was registered; unregister it and register "
+        "it again"));
   }
   const int64_t region_bytes = static_cast<int64_t>(mapping->status.byte_size);
   if (offset < 0 || size < 0 || offset > region_bytes || size > region_bytes - offset) {
@@ -306,8 +374,7 @@ absl::StatusOr<SharedMemoryRegions::Bytes> SharedMemoryRegions::View(
   }
   absl::string_view data = mapping->bytes().substr(static_cast<size_t>(offset),
                                                    static_cast<size_t>(size));
-  return Bytes{.data = data, .hold = std::move(mapping), .region = std::string(name),
-               .faults_seen = faults};
+  return Bytes{.data = data, .hold = std::move(mapping)};
 }
 
 int SharedMemoryRegions::size() const {

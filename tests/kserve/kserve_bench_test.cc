@@ -11,6 +11,7 @@
 #include "client/kserve_codec.h"
 #include "client/load_generator.h"
 #include "client/request_builder.h"
+#include "client/shared_memory_input.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -137,11 +138,15 @@ TEST_F(KServeBenchTest, SharedMemoryAgainstAServerThatHasItOffFailsNamingTheFlag
   EXPECT_EQ(KServeSuccesses(), 0);
 }
 
-TEST_F(KServeBenchTest, SharedMemoryNeedsTheKServeProtocol) {
+TEST_F(KServeBenchTest, SharedMemoryNeedsTheKServeProtocolAndOneServer) {
   const Outcome o = RunBench("--protocol=native --shared_memory=system --target=" + target_);
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_THAT(o.out, HasSubstr("--shared_memory='system': want none, or system with "
-                               "--protocol=kserve"));
+                               "--protocol=kserve and one server"));
+  const Outcome two = RunBench(absl::StrCat("--protocol=kserve --shared_memory=system --target=",
+                                            target_, ",", target_));
+  EXPECT_EQ(two.exit_code, 1);
+  EXPECT_THAT(two.out, HasSubstr("and one server"));
 }
 
 // A server that admits loopback peers: the bench registers its region, every
@@ -156,6 +161,46 @@ class KServeBenchSharedMemoryTest : public KServeBenchTest {
     target_ = ServerTarget();
   }
 };
+
+// The request the bench sends: no tensor bytes, each input naming the
+// registered region; the server answers it from the region's bytes.
+TEST_F(KServeBenchSharedMemoryTest, RequestsNameTheRegionInsteadOfCarryingBytes) {
+  const std::vector<float> v = {1.5f, -2, 3, 4};
+  inference::ModelInferRequest req;
+  req.set_model_name("fake");
+  auto* t = req.add_inputs();
+  t->set_name("input");
+  t->set_datatype("FP32");
+  t->add_shape(1);
+  t->add_shape(FakeRunner::kWidth);
+  req.add_raw_input_contents(std::string(reinterpret_cast<const char*>(v.data()), 16));
+  auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  auto status = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    inference::SystemSharedMemoryStatusResponse r;
+    EXPECT_TRUE(stub->SystemSharedMemoryStatus(&ctx, {}, &r).ok());
+    return r;
+  };
+  {
+    auto input = client::SharedMemoryInput::Create(channel, &req);
+    ASSERT_TRUE(input.ok()) << input.status();
+    EXPECT_EQ(req.raw_input_contents_size(), 0);
+    EXPECT_EQ(req.inputs(0).parameters().at("shared_memory_region").string_param(),
+              (*input)->region());
+    EXPECT_EQ(req.inputs(0).parameters().at("shared_memory_byte_size").int64_param(), 16);
+    EXPECT_EQ(status().regions().count((*input)->region()), 1u);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    inference::ModelInferResponse resp;
+    const grpc::Status s = stub->ModelInfer(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_THAT(testing::Floats(resp.raw_output_contents(0)),
+                ::testing::ElementsAre(3.0f, -4.0f, 6.0f, 8.0f));
+  }
+  EXPECT_EQ(status().regions_size(), 0);  // unregistered when destroyed
+}
 
 TEST_F(KServeBenchSharedMemoryTest, BinaryLoadTestsThroughASharedMemoryRegion) {
   const Outcome o = RunBench(absl::StrCat(
