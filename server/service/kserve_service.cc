@@ -4,7 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "common/status_macros.h"
 #include "proto/dtype/dtype_map.h"
 #include "server/service/infer_task.h"
@@ -57,6 +59,11 @@ class KServeTask final : public RpcInferTask {
     // (shared_memory.h): the outputs are not this request's.
     for (const SharedMemoryRegions::Bytes& bytes : shared_) {
       if (bytes.Truncated()) {
+        LOG_EVERY_T(WARNING, 1) << "shared memory: region '"
+                                << absl::CHexEscape(ClientText(bytes.region()))
+                                << "' was truncated by its owner while a request read it; "
+                                   "zeros read, the request refused, the region refuses "
+                                   "further requests until registered again";
         Complete(absl::InvalidArgumentError(absl::StrCat(
                      "shared-memory region '", ClientText(bytes.region()),
                      "' was truncated by its owner while this request was read")),

@@ -3,6 +3,7 @@
 // the server's SharedMemoryRegions (shared_memory.h).
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "server/service/kserve_service.h"
@@ -59,11 +60,12 @@ grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryRegister(
                                                 request->offset(), request->byte_size());
     int64_t suppressed = 0;
     if (s.ok() && shared_memory_log_.Allow(&suppressed)) {
-      LOG(INFO) << "shared memory: region '" << ClientText(request->name()) << "' registered ("
-                << ClientText(request->key()) << ", offset " << request->offset() << ", "
-                << request->byte_size() << " bytes) by " << ClientText(context->peer()) << "; "
-                << (*regions)->size() << " registered (" << suppressed
-                << " similar lines suppressed)";
+      // Escaped: a name or key is the client's text, and a log line is one line.
+      LOG(INFO) << "shared memory: region '" << absl::CHexEscape(ClientText(request->name()))
+                << "' registered (" << absl::CHexEscape(ClientText(request->key()))
+                << ", offset " << request->offset() << ", " << request->byte_size()
+                << " bytes) by " << ClientText(context->peer()) << "; " << (*regions)->size()
+                << " registered (" << suppressed << " similar lines suppressed)";
     }
     return s;
   });
