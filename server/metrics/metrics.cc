@@ -99,6 +99,11 @@ class MetricsImpl final : public Metrics {
     server_.unread_cut.Increment(static_cast<double>(calls));
     server_.unread_cut_bytes.Increment(static_cast<double>(bytes));
   }
+  void SetSharedMemoryRegions(int64_t regions, int64_t bytes) override {
+    server_.shm_regions.Set(static_cast<double>(regions));
+    server_.shm_bytes.Set(static_cast<double>(bytes));
+  }
+  void SharedMemoryTruncated() override { server_.shm_truncations.Increment(); }
   std::unique_ptr<ModelMetrics> ForModel(absl::string_view model, absl::string_view version,
                                          int64_t queue_capacity_rows) override;
   void SetMemory(const MemoryFigures& memory) override;

@@ -48,6 +48,12 @@
 //   unread_responses_cut_total,            counters: calls cut off because
 //   unread_response_bytes_cut_total        their client did not read the answer
 //                                          (unread_response_guard.h), and its bytes
+//   shared_memory_regions,                 gauges: system shared-memory regions
+//   shared_memory_region_bytes             registered, and their bytes (the
+//                                          clients' pages they keep mapped)
+//   shared_memory_truncations_total        counter: requests refused because
+//                                          their region's object shrank under
+//                                          them (shared_memory.h)
 //   device_memory_bytes{device,kind}       gauge: allocated | reserved | limit,
 //                                          per device a loaded model is on
 //   process_resident_memory_bytes          gauge
@@ -254,6 +260,10 @@ class Metrics {
   // `calls` calls cut off because their answers (`bytes` in all) were not
   // read by the client.
   virtual void UnreadResponsesCut(int64_t /*calls*/, int64_t /*bytes*/) {}
+  // The shared-memory regions registered now and their bytes in all.
+  virtual void SetSharedMemoryRegions(int64_t /*regions*/, int64_t /*bytes*/) {}
+  // A request refused because its region was truncated under it.
+  virtual void SharedMemoryTruncated() {}
 
   // --- model versions -----------------------------------------------------
   // The series of `model` at `version`, created now at zero (every code of

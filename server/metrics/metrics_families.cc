@@ -264,7 +264,15 @@ ServerFamilies::ServerFamilies(prometheus::Registry& registry)
                                "answer (its bound or timeout was reached).")),
       unread_cut_bytes(SingleCounter(registry, "metalserve_unread_response_bytes_cut_total",
                                      "Bytes of the answers of the calls counted in "
-                                     "metalserve_unread_responses_cut_total.")) {}
+                                     "metalserve_unread_responses_cut_total.")),
+      shm_regions(SingleGauge(registry, "metalserve_shared_memory_regions",
+                              "System shared-memory regions registered (--shared_memory).")),
+      shm_bytes(SingleGauge(registry, "metalserve_shared_memory_region_bytes",
+                            "Bytes of the registered shared-memory regions: clients' pages "
+                            "the server keeps mapped.")),
+      shm_truncations(SingleCounter(registry, "metalserve_shared_memory_truncations_total",
+                                    "Requests refused because their shared-memory region's "
+                                    "object was truncated under them.")) {}
 
 std::vector<prometheus::MetricFamily> MonitorCollectable::Collect() const {
   const MonitorSnapshot s = monitor_->Snapshot();

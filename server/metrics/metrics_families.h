@@ -200,7 +200,8 @@ struct RuntimeFamilies {
 
 // The server's own state: build_info{...}, ready,
 // access_log_dropped_lines_total, unread_responses_cut_total,
-// unread_response_bytes_cut_total.
+// unread_response_bytes_cut_total, shared_memory_regions,
+// shared_memory_region_bytes, shared_memory_truncations_total.
 struct ServerFamilies {
   explicit ServerFamilies(prometheus::Registry& registry);
 
@@ -209,6 +210,9 @@ struct ServerFamilies {
   prometheus::Counter& access_log_dropped;
   prometheus::Counter& unread_cut;
   prometheus::Counter& unread_cut_bytes;
+  prometheus::Gauge& shm_regions;
+  prometheus::Gauge& shm_bytes;
+  prometheus::Counter& shm_truncations;
 };
 
 // Exposes the rolling monitor as gauges computed at collection time, so the

@@ -39,6 +39,7 @@ class KServeTask final : public RpcInferTask {
              std::vector<InputView> inputs, std::vector<size_t> outputs,
              ServableHandle model, Clock* clock, const std::atomic<bool>* cut_off)
       : RpcInferTask(call, std::move(inputs), clock, cut_off),
+        metrics_(call.metrics),
         request_(std::move(request)),
         response_bytes_(response),
         storage_(std::move(storage)),
@@ -64,6 +65,7 @@ class KServeTask final : public RpcInferTask {
                                 << "' was truncated by its owner while a request read it; "
                                    "zeros read, the request refused, the region refuses "
                                    "further requests until registered again";
+        if (metrics_ != nullptr) metrics_->SharedMemoryTruncated();
         Complete(absl::InvalidArgumentError(absl::StrCat(
                      "shared-memory region '", ClientText(bytes.region()),
                      "' was truncated by its owner while this request was read")),
@@ -87,6 +89,7 @@ class KServeTask final : public RpcInferTask {
     }
   }
 
+  Metrics* const metrics_;  // may be null
   const std::unique_ptr<SlicedModelInferRequest> request_;  // the inputs' bytes
   grpc::ByteBuffer* const response_bytes_;
   const std::vector<std::string> storage_;

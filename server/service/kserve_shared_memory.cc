@@ -58,6 +58,9 @@ grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryRegister(
     if (!regions.ok()) return regions.status();
     const absl::Status s = (*regions)->Register(request->name(), request->key(),
                                                 request->offset(), request->byte_size());
+    if (s.ok() && metrics_ != nullptr) {
+      metrics_->SetSharedMemoryRegions((*regions)->size(), (*regions)->byte_size());
+    }
     int64_t suppressed = 0;
     if (s.ok() && shared_memory_log_.Allow(&suppressed)) {
       // Escaped: a name or key is the client's text, and a log line is one line.
@@ -78,7 +81,11 @@ grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryUnregister(
   return Answer(context, "SystemSharedMemoryUnregister", [&]() -> absl::Status {
     absl::StatusOr<SharedMemoryRegions*> regions = SharedMemoryFor(*context);
     if (!regions.ok()) return regions.status();
-    return (*regions)->Unregister(request->name());
+    const absl::Status s = (*regions)->Unregister(request->name());
+    if (metrics_ != nullptr) {
+      metrics_->SetSharedMemoryRegions((*regions)->size(), (*regions)->byte_size());
+    }
+    return s;
   });
 }
 

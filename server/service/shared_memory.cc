@@ -382,4 +382,13 @@ int SharedMemoryRegions::size() const {
   return static_cast<int>(regions_.size());
 }
 
+int64_t SharedMemoryRegions::byte_size() const {
+  absl::MutexLock lock(&mu_);
+  int64_t bytes = 0;
+  for (const auto& [name, mapping] : regions_) {
+    bytes += static_cast<int64_t>(mapping->status.byte_size);
+  }
+  return bytes;
+}
+
 }  // namespace metalserve

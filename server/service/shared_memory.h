@@ -125,6 +125,8 @@ class SharedMemoryRegions {
   absl::StatusOr<Bytes> View(absl::string_view name, int64_t offset, int64_t size,
                              absl::string_view field) const;
   int size() const;
+  // The registered regions' bytes in all.
+  int64_t byte_size() const;
 
  private:
   absl::Status CheckRoom(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

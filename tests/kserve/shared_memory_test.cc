@@ -25,6 +25,7 @@
 #include "server/service/shared_memory.h"
 #include "tests/testing/fake_runner.h"
 #include "tests/testing/fake_runner_server.h"
+#include "tests/testing/metric_sample.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -382,6 +383,8 @@ TEST_F(SharedMemoryServerTest, ServesInputsReadFromARegisteredRegion) {
   ShmObject object(4096);
   object.Write(64, v.data(), v.size() * 4);
   ASSERT_TRUE(Register("in", object.key(), 0, 4096).ok());
+  EXPECT_EQ(testing::Sample(metrics_->Scrape(), "metalserve_shared_memory_regions"), 1);
+  EXPECT_EQ(testing::Sample(metrics_->Scrape(), "metalserve_shared_memory_region_bytes"), 4096);
   ModelInferResponse resp;
   const grpc::Status s = Infer(ShmRequest(2, "in", 64, v.size() * 4), &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
@@ -402,6 +405,7 @@ TEST_F(SharedMemoryServerTest, ServesInputsReadFromARegisteredRegion) {
   inference::SystemSharedMemoryUnregisterRequest u;  // empty name: all
   inference::SystemSharedMemoryUnregisterResponse ur;
   ASSERT_TRUE(stub_->SystemSharedMemoryUnregister(Ctx().get(), u, &ur).ok());
+  EXPECT_EQ(testing::Sample(metrics_->Scrape(), "metalserve_shared_memory_regions"), 0);
   const grpc::Status after = Infer(ShmRequest(2, "in", 64, v.size() * 4), &resp);
   EXPECT_EQ(after.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(after.error_message(), HasSubstr("'in' is not a registered region"));
@@ -457,6 +461,7 @@ TEST_F(SharedMemoryServerTest, ARegionTruncatedByItsClientFailsTheRequestAndTheS
   const grpc::Status s = Infer(ShmRequest(rows, "in", 0, rows * kW * 4), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("'in' was truncated by its owner"));
+  EXPECT_EQ(testing::Sample(metrics_->Scrape(), "metalserve_shared_memory_truncations_total"), 1);
   const grpc::Status again = Infer(ShmRequest(rows, "in", 0, rows * kW * 4), &resp);
   EXPECT_THAT(again.error_message(), HasSubstr("unregister it and register it again"));
   ExpectServing();
