@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<SharedMemoryInput>> SharedMemoryInput::Create(
   }
   const std::string region = absl::StrCat("metalserve-bench-", getpid());
   const std::string key = "/" + region;
-  const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
   if (fd < 0) return Errno("shm_open", key);
   std::unique_ptr<SharedMemoryInput> input(new SharedMemoryInput(std::move(channel), key, region));
   // Readable by every local user whatever the umask (it holds generated or
@@ -64,7 +64,12 @@ absl::StatusOr<std::unique_ptr<SharedMemoryInput>> SharedMemoryInput::Create(
   // unit's DynamicUser) can map it, and --shared_memory=local maps only such
   // objects.
   const size_t size = static_cast<size_t>(std::max<int64_t>(total, 1));
-  if (fchmod(fd, 0644) != 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+#ifdef __linux__
+  const bool moded = fchmod(fd, 0644) == 0;  // past the umask (macOS applies none)
+#else
+  const bool moded = true;  // macOS: no fchmod on these, and no umask applied
+#endif
+  if (!moded || ftruncate(fd, static_cast<off_t>(size)) != 0) {
     close(fd);
     return Errno("fchmod/ftruncate", key);
   }

@@ -52,8 +52,9 @@
 //   shared_memory_region_bytes             registered, and their bytes (the
 //                                          clients' pages they keep mapped)
 //   shared_memory_truncations_total        counter: requests refused because
-//                                          their region's object shrank under
-//                                          them (shared_memory.h)
+//                                          their region's object shrank while
+//                                          they were read (shared_memory.h; not
+//                                          the later ones the region refuses)
 //   device_memory_bytes{device,kind}       gauge: allocated | reserved | limit,
 //                                          per device a loaded model is on
 //   process_resident_memory_bytes          gauge
@@ -262,7 +263,7 @@ class Metrics {
   virtual void UnreadResponsesCut(int64_t /*calls*/, int64_t /*bytes*/) {}
   // The shared-memory regions registered now and their bytes in all.
   virtual void SetSharedMemoryRegions(int64_t /*regions*/, int64_t /*bytes*/) {}
-  // A request refused because its region was truncated under it.
+  // A request refused because its region was truncated while it was read.
   virtual void SharedMemoryTruncated() {}
 
   // --- model versions -----------------------------------------------------

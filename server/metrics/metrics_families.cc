@@ -272,7 +272,7 @@ ServerFamilies::ServerFamilies(prometheus::Registry& registry)
                             "the server keeps mapped.")),
       shm_truncations(SingleCounter(registry, "metalserve_shared_memory_truncations_total",
                                     "Requests refused because their shared-memory region's "
-                                    "object was truncated under them.")) {}
+                                    "object was truncated while they were read.")) {}
 
 std::vector<prometheus::MetricFamily> MonitorCollectable::Collect() const {
   const MonitorSnapshot s = monitor_->Snapshot();

@@ -183,6 +183,8 @@ class KServeService final
   // (PERMISSION_DENIED naming the flag and the peer).
   absl::StatusOr<SharedMemoryRegions*> SharedMemoryFor(
       const grpc::ServerContextBase& context) const;
+  // Sets the shared-memory gauges from `regions` now.
+  void RecordSharedMemory(const SharedMemoryRegions& regions);
 
   // ModelInfer's handler for both APIs: `call` has its context and its
   // reactor or async call; the rest is filled here. Returns the reactor.
@@ -212,6 +214,7 @@ class KServeService final
   SharedMemoryAccess shared_memory_access_ = SharedMemoryAccess::kOff;
   SharedMemoryRegions* shared_memory_ = nullptr;
   LogLimiter shared_memory_log_{clock_, absl::Seconds(1)};  // registrations' lines
+  absl::Mutex shared_memory_metrics_mu_;  // orders RecordSharedMemory's calls
   RepositoryWorker control_worker_;  // last: stopped before the rest goes
 };
 

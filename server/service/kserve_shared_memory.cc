@@ -29,6 +29,14 @@ absl::StatusOr<SharedMemoryRegions*> KServeService::SharedMemoryFor(
   return shared_memory_;
 }
 
+void KServeService::RecordSharedMemory(const SharedMemoryRegions& regions) {
+  if (metrics_ == nullptr) return;
+  // One at a time: the last to run read the registry after every change
+  // before it, so concurrent calls cannot leave an older figure last.
+  absl::MutexLock lock(&shared_memory_metrics_mu_);
+  metrics_->SetSharedMemoryRegions(regions.size(), regions.byte_size());
+}
+
 grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* context,
     const inference::SystemSharedMemoryStatusRequest* request,
@@ -58,9 +66,7 @@ grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryRegister(
     if (!regions.ok()) return regions.status();
     const absl::Status s = (*regions)->Register(request->name(), request->key(),
                                                 request->offset(), request->byte_size());
-    if (s.ok() && metrics_ != nullptr) {
-      metrics_->SetSharedMemoryRegions((*regions)->size(), (*regions)->byte_size());
-    }
+    if (s.ok()) RecordSharedMemory(**regions);
     int64_t suppressed = 0;
     if (s.ok() && shared_memory_log_.Allow(&suppressed)) {
       // Escaped: a name or key is the client's text, and a log line is one line.
@@ -82,9 +88,7 @@ grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryUnregister(
     absl::StatusOr<SharedMemoryRegions*> regions = SharedMemoryFor(*context);
     if (!regions.ok()) return regions.status();
     const absl::Status s = (*regions)->Unregister(request->name());
-    if (metrics_ != nullptr) {
-      metrics_->SetSharedMemoryRegions((*regions)->size(), (*regions)->byte_size());
-    }
+    RecordSharedMemory(**regions);
     return s;
   });
 }

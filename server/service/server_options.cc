@@ -154,12 +154,13 @@ absl::Status ServerOptions::Validate() const {
   RETURN_IF_ERROR(ValidateAddresses(address));
   // An abstract socket has no file permissions: under --shared_memory=unix
   // it would admit every local user.
-  if (shared_memory == SharedMemoryAccess::kUnix &&
-      absl::StrContains(absl::StrCat(",", address), ",unix-abstract:")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--shared_memory=unix admits callers by the socket file's permissions, and address '",
-        address, "' has an abstract socket, which has none; use a unix:/path socket, or "
-        "--shared_memory=local"));
+  for (const std::string& entry : SplitAddresses(address)) {
+    if (shared_memory == SharedMemoryAccess::kUnix && absl::StartsWith(entry, "unix-abstract:")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--shared_memory=unix admits callers by the socket file's permissions, and address '",
+          entry, "' is an abstract socket, which has none; use a unix:/path socket, or "
+          "--shared_memory=local"));
+    }
   }
   if (max_message_bytes <= 0 || max_message_bytes > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -49,8 +49,9 @@ bool MapZeros(uintptr_t begin, uintptr_t end) {
   void* at = reinterpret_cast<void*>(begin);
   const size_t length = end - begin;
   constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
-#ifdef __linux__
-  const long r = syscall(SYS_mmap, at, length, PROT_READ, kFlags, -1, 0);
+#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+  const long r = syscall(SYS_mmap, at, length, static_cast<long>(PROT_READ),
+                         static_cast<long>(kFlags), -1L, 0L);
   return r != -1;
 #else
   return mmap(at, length, PROT_READ, kFlags, -1, 0) != MAP_FAILED;
@@ -73,8 +74,10 @@ void ChainSigbus(int signal, siginfo_t* info, void* context) {
     p.sa_handler(signal);
     return;
   }
+  const bool sent = info == nullptr || info->si_code <= 0;  // by kill(), not a fault
+  if (sent && p.sa_handler == SIG_IGN) return;  // ignored before: still ignored, guard kept
   sigaction(SIGBUS, &p, nullptr);
-  if (info == nullptr || info->si_code <= 0) raise(SIGBUS);
+  if (sent) raise(SIGBUS);
 }
 
 void OnSigbus(int signal, siginfo_t* info, void* context) {
@@ -85,11 +88,17 @@ void OnSigbus(int signal, siginfo_t* info, void* context) {
     for (FaultSlot& slot : g_slots) {
       const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
       const uintptr_t end = slot.end.load(std::memory_order_acquire);
-      if (begin == 0 || at < begin || at >= end) continue;
+      // begin read again: a slot given back and taken between the two loads
+      // would pair one region's start with another's end.
+      if (begin == 0 || at < begin || at >= end ||
+          slot.begin.load(std::memory_order_acquire) != begin) {
+        continue;
+      }
+      // Counted first: a reader that finds zeros mapped finds the count too.
+      slot.faults.fetch_add(1);
       // Zeros from the faulting page to the region's end, in one call: the
       // rest of the read runs on without a signal per page.
       if (MapZeros(at & ~(g_page_bytes - 1), end)) {
-        slot.faults.fetch_add(1, std::memory_order_relaxed);
         errno = saved_errno;
         return;
       }
@@ -237,8 +246,10 @@ absl::string_view SharedMemoryAccessName(SharedMemoryAccess access) {
 
 bool PeerMayUseSharedMemory(SharedMemoryAccess access, absl::string_view peer) {
   if (access == SharedMemoryAccess::kOff) return false;
-  if (absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "unix-abstract:")) return true;
+  if (absl::StartsWith(peer, "unix:")) return true;
+  // An abstract socket has no file permissions to say who: local only.
   if (access == SharedMemoryAccess::kUnix) return false;
+  if (absl::StartsWith(peer, "unix-abstract:")) return true;
   // gRPC writes an IPv6 peer's brackets percent-encoded (ipv6:%5B::1%5D:port)
   // in the releases packaged here; both spellings are taken.
   for (absl::string_view open : {"[", "%5B", "%5b"}) {

@@ -4,7 +4,9 @@
 // extension's RPCs and ModelInfer's shared-memory inputs over real gRPC on
 // 127.0.0.1 and a Unix socket, with the fake runner (output = 2 * input).
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,9 +53,11 @@ class ShmObject {
   explicit ShmObject(size_t bytes, mode_t mode = 0644) : bytes_(bytes) {
     static std::atomic<int> next{0};
     key_ = absl::StrCat("/ms-test-", getpid(), "-", next++);  // short: macOS allows 31
-    fd_ = shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    fd_ = shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, mode);
     EXPECT_GE(fd_, 0) << key_ << ": " << std::strerror(errno);
-    EXPECT_EQ(fchmod(fd_, mode), 0);  // whatever the umask
+#ifdef __linux__
+    EXPECT_EQ(fchmod(fd_, mode), 0);  // past the umask (macOS has none here, and no fchmod)
+#endif
     EXPECT_EQ(ftruncate(fd_, static_cast<off_t>(bytes)), 0);
   }
   ~ShmObject() {
@@ -235,6 +239,7 @@ TEST(SharedMemoryRegionsTest, ASigbusSentByKillReachesTheEarlierHandler) {
   struct sigaction now {};
   sigaction(SIGBUS, nullptr, &now);
   if ((now.sa_flags & SA_SIGINFO) == 0) GTEST_SKIP() << "an earlier test installed the guard";
+  restore.action = now;  // the guard stays for later tests: it is installed only once
   raise(SIGBUS);
   EXPECT_EQ(earlier.load(), 1);
 }
@@ -300,6 +305,8 @@ TEST(SharedMemoryAccessTest, AdmitsPeersByAccess) {
   EXPECT_TRUE(PeerMayUseSharedMemory(SharedMemoryAccess::kUnix, "unix:/run/m.sock"));
   EXPECT_TRUE(PeerMayUseSharedMemory(SharedMemoryAccess::kUnix, "unix:"));
   EXPECT_FALSE(PeerMayUseSharedMemory(SharedMemoryAccess::kUnix, "ipv4:127.0.0.1:5000"));
+  EXPECT_FALSE(PeerMayUseSharedMemory(SharedMemoryAccess::kUnix, "unix-abstract:ms"));
+  EXPECT_TRUE(PeerMayUseSharedMemory(SharedMemoryAccess::kLocal, "unix-abstract:ms"));
   EXPECT_TRUE(PeerMayUseSharedMemory(SharedMemoryAccess::kLocal, "ipv4:127.0.0.1:5000"));
   EXPECT_TRUE(PeerMayUseSharedMemory(SharedMemoryAccess::kLocal, "ipv6:[::1]:5000"));
   EXPECT_TRUE(PeerMayUseSharedMemory(SharedMemoryAccess::kLocal, "ipv6:[::ffff:127.0.0.1]:5"));
@@ -489,8 +496,17 @@ TEST_F(SharedMemoryServerTest, LocalAccessAdmitsIpv6Loopback) {
   ServerOptions so = testing::LoopbackServerOptions();
   so.address = "[::1]:0";
   so.shared_memory = SharedMemoryAccess::kLocal;
+  {
+    const int probe = socket(AF_INET6, SOCK_STREAM, 0);
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_loopback;
+    const bool v6 = probe >= 0 && bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    if (probe >= 0) close(probe);
+    if (!v6) GTEST_SKIP() << "no IPv6 loopback here";
+  }
   const absl::Status started = StartFakeServer(so);
-  if (!started.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << started;
+  ASSERT_TRUE(started.ok()) << started;
   stub_ = Stub(absl::StrCat("[::1]:", server_->port()));
   ShmObject object(4096);
   const grpc::Status s = Register("in", object.key(), 0, 4096);
@@ -512,6 +528,19 @@ TEST_F(SharedMemoryServerTest, AServerWithSharedMemoryOffRefusesItNamingTheFlag)
   inference::ServerMetadataResponse metadata;
   ASSERT_TRUE(stub_->ServerMetadata(Ctx().get(), {}, &metadata).ok());
   EXPECT_THAT(metadata.extensions(), ::testing::Not(::testing::Contains("system_shared_memory")));
+}
+
+TEST(SharedMemoryOptionsTest, UnixAccessIsRefusedBesideAnAbstractSocket) {
+  ServerOptions so = testing::LoopbackServerOptions();
+  so.shared_memory = SharedMemoryAccess::kUnix;
+  for (const char* address : {"127.0.0.1:0,unix-abstract:ms", "127.0.0.1:0, unix-abstract:ms"}) {
+    so.address = address;
+    EXPECT_THAT(so.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("'unix-abstract:ms' is an abstract socket")))
+        << address;
+  }
+  so.shared_memory = SharedMemoryAccess::kLocal;
+  EXPECT_THAT(so.Validate(), IsOk());
 }
 
 TEST_F(SharedMemoryServerTest, UnixAccessAdmitsTheSocketAndRefusesLoopbackTcp) {
