@@ -162,7 +162,10 @@ absl::StatusOr<std::optional<absl::string_view>> SharedMemoryInput(
         " is set together with a shared-memory region; use one or the other"));
   }
   if (shm == nullptr || shm->regions == nullptr) {
-    const absl::Status refusal = shm != nullptr ? shm->refusal : SharedMemoryInputs{}.refusal;
+    const absl::Status refusal =
+        shm != nullptr && !shm->refusal.ok()
+            ? shm->refusal
+            : absl::InvalidArgumentError("shared-memory inputs are not accepted here");
     return absl::Status(refusal.code(), absl::StrCat(ParametersField(t, i),
                                                      "['shared_memory_region']: ",
                                                      refusal.message()));
@@ -182,11 +185,16 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
     const ModelInferRequest& request, std::vector<std::string>* storage,
     const std::vector<std::vector<absl::string_view>>* raw_pieces, SharedMemoryInputs* shm) {
   // Inputs read from shared memory take no raw_input_contents entry.
-  std::vector<std::optional<absl::string_view>> shared(request.inputs_size());
+  // `shared` stays empty (no allocation) for a request that names no region.
+  std::vector<std::optional<absl::string_view>> shared;
   int shared_count = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
-    ASSIGN_OR_RETURN(shared[i], SharedMemoryInput(request.inputs(i), i, shm));
-    if (shared[i]) ++shared_count;
+    ASSIGN_OR_RETURN(const std::optional<absl::string_view> bytes,
+                     SharedMemoryInput(request.inputs(i), i, shm));
+    if (!bytes) continue;
+    if (shared.empty()) shared.resize(request.inputs_size());
+    shared[i] = bytes;
+    ++shared_count;
   }
   const int raw_count = raw_pieces != nullptr ? static_cast<int>(raw_pieces->size())
                                               : request.raw_input_contents_size();
@@ -216,7 +224,7 @@ absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
           "' is not supported; use one of ", KServeDatatypeList()));
     }
     in.shape.assign(t.shape().begin(), t.shape().end());
-    if (shared[i]) {
+    if (!shared.empty() && shared[i]) {
       in.data = *shared[i];
     } else if (raw) {
       std::string which;

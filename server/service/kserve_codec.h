@@ -43,16 +43,15 @@ namespace metalserve {
 // region (shared_memory.h) and has neither contents nor a raw_input_contents
 // entry: raw_input_contents then holds one entry per other input, in order.
 // With `shm` null, or its `regions` null, such an input is refused with
-// `shm->refusal` (INVALID_ARGUMENT, or PERMISSION_DENIED for a peer not
-// allowed); otherwise each view taken is appended to `shm->views`, which the
+// `shm->refusal` (PERMISSION_DENIED for a peer not allowed), or when that is
+// OK with INVALID_ARGUMENT "not accepted here"; otherwise each view taken is appended to `shm->views`, which the
 // caller keeps as long as the inputs are used. INVALID_ARGUMENT naming the
 // parameter for a wrong type, a byte size or offset without a region, a
 // region without a byte size, contents set as well, or a range the region
 // does not hold.
 struct SharedMemoryInputs {
   const SharedMemoryRegions* regions = nullptr;
-  absl::Status refusal = absl::InvalidArgumentError(
-      "shared-memory inputs are not accepted here");
+  absl::Status refusal;  // OK: the INVALID_ARGUMENT above (built only when used)
   std::vector<SharedMemoryRegions::Bytes> views;
 };
 absl::StatusOr<std::vector<RawInput>> DecodeKServeInputs(
